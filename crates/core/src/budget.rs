@@ -1,0 +1,181 @@
+//! Names and report shapes of the latency budget.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A stage of the request pipeline, in the order a chat request runs them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    Cache,
+    Embed,
+    Retrieve,
+    Rerank,
+    LlmTtft,
+    LlmGenerate,
+}
+
+impl Stage {
+    /// Every stage in pipeline order.
+    pub const ALL: [Stage; 6] = [
+        Stage::Cache,
+        Stage::Embed,
+        Stage::Retrieve,
+        Stage::Rerank,
+        Stage::LlmTtft,
+        Stage::LlmGenerate,
+    ];
+
+    /// The stable name used in config keys, span names, metrics and reports.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Stage::Cache => "cache",
+            Stage::Embed => "embed",
+            Stage::Retrieve => "retrieve",
+            Stage::Rerank => "rerank",
+            Stage::LlmTtft => "llm_ttft",
+            Stage::LlmGenerate => "llm_generate",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Stage> {
+        Stage::ALL.into_iter().find(|s| s.name() == name)
+    }
+}
+
+impl fmt::Display for Stage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How a stage ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Finished its work within its budget.
+    Ok,
+    /// Ran out of budget (or chose to stop) and kept what it had finished.
+    Partial,
+    /// Did not run: no budget left, budget set to zero, or not needed.
+    Skipped,
+    /// The primary path failed or overran; an alternative path answered.
+    Fallback,
+    /// Overran its budget and kept nothing.
+    Timeout,
+    /// Failed and kept nothing.
+    Error,
+}
+
+impl Outcome {
+    pub const fn name(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Partial => "partial",
+            Outcome::Skipped => "skipped",
+            Outcome::Fallback => "fallback",
+            Outcome::Timeout => "timeout",
+            Outcome::Error => "error",
+        }
+    }
+
+    /// True when the stage did not do all of its work.
+    pub const fn is_degraded(self) -> bool {
+        !matches!(self, Outcome::Ok | Outcome::Skipped)
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One stage's line in a request's budget report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageReport {
+    pub stage: Stage,
+    /// The budget the stage actually ran under (after deadline arithmetic).
+    pub budget_ms: u64,
+    pub elapsed_ms: u64,
+    pub outcome: Outcome,
+    /// A short human note: why it was skipped, what was kept, the error.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// The budget story of one request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BudgetReport {
+    /// The request's total budget (after any per-request tightening).
+    pub total_ms: u64,
+    /// Wall time from the request's start to the report.
+    pub elapsed_ms: u64,
+    pub stages: Vec<StageReport>,
+}
+
+impl BudgetReport {
+    pub fn stage(&self, stage: Stage) -> Option<&StageReport> {
+        self.stages.iter().find(|s| s.stage == stage)
+    }
+
+    /// The first stage that did not finish its work, if any.
+    pub fn first_degraded(&self) -> Option<&StageReport> {
+        self.stages.iter().find(|s| s.outcome.is_degraded())
+    }
+
+    /// A `Server-Timing` header value (one metric per stage plus `total`).
+    pub fn server_timing(&self) -> String {
+        let mut parts: Vec<String> = self
+            .stages
+            .iter()
+            .map(|s| format!("{};desc=\"{}\";dur={}", s.stage, s.outcome, s.elapsed_ms))
+            .collect();
+        parts.push(format!("total;dur={}", self.elapsed_ms));
+        parts.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stage_names_round_trip_and_match_serde() {
+        for s in Stage::ALL {
+            assert_eq!(Stage::from_name(s.name()), Some(s));
+            let json = serde_json::to_string(&s).unwrap_or_default();
+            assert_eq!(json, format!("\"{}\"", s.name()));
+        }
+        assert_eq!(Stage::from_name("llm"), None);
+    }
+
+    #[test]
+    fn server_timing_lists_every_stage_and_total() {
+        let r = BudgetReport {
+            total_ms: 100,
+            elapsed_ms: 42,
+            stages: vec![
+                StageReport {
+                    stage: Stage::Embed,
+                    budget_ms: 20,
+                    elapsed_ms: 3,
+                    outcome: Outcome::Ok,
+                    detail: None,
+                },
+                StageReport {
+                    stage: Stage::Rerank,
+                    budget_ms: 10,
+                    elapsed_ms: 10,
+                    outcome: Outcome::Partial,
+                    detail: Some("scored 4 of 20".into()),
+                },
+            ],
+        };
+        assert_eq!(
+            r.server_timing(),
+            "embed;desc=\"ok\";dur=3, rerank;desc=\"partial\";dur=10, total;dur=42"
+        );
+        assert_eq!(r.first_degraded().map(|s| s.stage), Some(Stage::Rerank));
+    }
+}

@@ -1,0 +1,15 @@
+use thiserror::Error;
+
+/// What a stage reports when it cannot produce a result.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum StageError {
+    /// The work noticed its cancel flag or deadline and stopped.
+    #[error("cancelled")]
+    Cancelled,
+    /// The input cannot be processed (empty text, too long, ...).
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    /// The backend (model, index, LLM server) failed.
+    #[error("{0}")]
+    Backend(String),
+}

@@ -1,0 +1,14 @@
+//! Domain types and stage traits for ragtime.
+//!
+//! Nothing here depends on an async runtime, a web framework or a database:
+//! stages implement these traits, the pipeline drives them under a budget.
+
+pub mod budget;
+pub mod cancel;
+pub mod error;
+pub mod stage;
+
+pub use budget::{BudgetReport, Outcome, Stage, StageReport};
+pub use cancel::Cancel;
+pub use error::StageError;
+pub use stage::Embedder;
