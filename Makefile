@@ -1,0 +1,32 @@
+# ragtime — the three names tools outside the project rely on:
+#   make setup   fetch ONNX Runtime, models and build llama-server (idempotent)
+#   make run     start the service on its embedded defaults (127.0.0.1:8080)
+#   make test    run every test
+#
+# Everything fetched or built lands in $(RAGTIME_CACHE) (default ~/.cache/ragtime),
+# including cargo's target dir, so a fresh clone reuses earlier builds.
+
+RAGTIME_CACHE ?= $(HOME)/.cache/ragtime
+CARGO_TARGET_DIR ?= $(RAGTIME_CACHE)/target
+export RAGTIME_CACHE CARGO_TARGET_DIR
+
+.PHONY: setup run test build fmt lint
+
+setup:
+	@bash scripts/setup.sh
+
+run: setup
+	cargo run --release --locked -p ragtime-gateway --bin ragtime -- serve
+
+test: setup
+	@bash scripts/test.sh
+
+build:
+	cargo build --release --locked -p ragtime-gateway --bin ragtime
+
+fmt:
+	cargo fmt --all
+
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets --locked -- -D warnings

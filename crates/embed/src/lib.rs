@@ -1,0 +1,239 @@
+//! all-MiniLM-L6-v2 sentence embeddings through ONNX Runtime (`ort`).
+//!
+//! Mean pooling over the last hidden state with the attention mask, then L2
+//! normalisation, as sentence-transformers does for this model.
+
+mod onnx;
+
+pub use onnx::ort_environment;
+
+use ndarray::Array2;
+use ort::session::Session;
+use ort::session::builder::GraphOptimizationLevel;
+use ort::value::Tensor;
+use ragtime_core::{Cancel, Embedder, StageError};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use thiserror::Error;
+use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
+
+#[derive(Debug, Error)]
+pub enum LoadError {
+    #[error("{path}: {message}")]
+    File { path: PathBuf, message: String },
+    #[error("onnx runtime: {0}")]
+    Ort(String),
+}
+
+/// Settings for [`OnnxEmbedder::load`].
+#[derive(Debug, Clone)]
+pub struct EmbedderOptions {
+    /// Folder with `model.onnx` and `tokenizer.json`.
+    pub model_dir: PathBuf,
+    /// `libonnxruntime.so` to load.
+    pub ort_lib: PathBuf,
+    /// ONNX Runtime intra-op threads per inference.
+    pub intra_threads: usize,
+    /// Longest input in tokens; longer inputs are truncated.
+    pub max_tokens: usize,
+    /// Texts per inference call.
+    pub batch_size: usize,
+}
+
+/// The embedding model. `embed` is synchronous and CPU-bound: call it from a
+/// blocking thread.
+pub struct OnnxEmbedder {
+    session: Mutex<Session>,
+    tokenizer: Tokenizer,
+    dim: usize,
+    batch_size: usize,
+    has_token_types: bool,
+    output: String,
+}
+
+fn file_err(path: &Path, e: impl std::fmt::Display) -> LoadError {
+    LoadError::File {
+        path: path.to_owned(),
+        message: e.to_string(),
+    }
+}
+
+fn ort_err(e: impl std::fmt::Display) -> LoadError {
+    LoadError::Ort(e.to_string())
+}
+
+impl OnnxEmbedder {
+    pub fn load(opts: &EmbedderOptions) -> Result<Self, LoadError> {
+        let env = ort_environment(&opts.ort_lib)?;
+        let model = opts.model_dir.join("model.onnx");
+        let tok_path = opts.model_dir.join("tokenizer.json");
+        if !model.is_file() {
+            return Err(file_err(&model, "model file not found (run `make setup`)"));
+        }
+        let mut tokenizer = Tokenizer::from_file(&tok_path).map_err(|e| file_err(&tok_path, e))?;
+        // tokenizer.json pins padding and truncation to 128: set both here.
+        tokenizer
+            .with_truncation(Some(TruncationParams {
+                max_length: opts.max_tokens,
+                ..TruncationParams::default()
+            }))
+            .map_err(|e| file_err(&tok_path, e))?;
+        tokenizer.with_padding(Some(PaddingParams {
+            strategy: PaddingStrategy::BatchLongest,
+            ..PaddingParams::default()
+        }));
+        let session = Session::builder(&env)
+            .map_err(ort_err)?
+            .with_optimization_level(GraphOptimizationLevel::Level3)
+            .map_err(|e| ort_err(e.to_string()))?
+            .with_intra_threads(opts.intra_threads.max(1))
+            .map_err(|e| ort_err(e.to_string()))?
+            .commit_from_file(&model)
+            .map_err(|e| file_err(&model, e))?;
+        let has_token_types = session
+            .inputs()
+            .iter()
+            .any(|i| i.name() == "token_type_ids");
+        let output = session
+            .outputs()
+            .iter()
+            .map(|o| o.name().to_owned())
+            .find(|n| n == "last_hidden_state" || n == "token_embeddings")
+            .or_else(|| session.outputs().first().map(|o| o.name().to_owned()))
+            .ok_or_else(|| file_err(&model, "model has no outputs"))?;
+        tracing::info!(
+            model = %model.display(),
+            inputs = ?session.inputs().iter().map(|i| i.name().to_owned()).collect::<Vec<_>>(),
+            output = %output,
+            "embedding model loaded"
+        );
+        let mut me = Self {
+            session: Mutex::new(session),
+            tokenizer,
+            dim: 0,
+            batch_size: opts.batch_size.max(1),
+            has_token_types,
+            output,
+        };
+        // Warm up once (and learn the dimension).
+        let v = me
+            .embed(&["warm up".to_owned()], &Cancel::new())
+            .map_err(|e| file_err(&model, e))?;
+        me.dim = v.first().map_or(0, Vec::len);
+        Ok(me)
+    }
+
+    fn embed_batch(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, StageError> {
+        let backend = |e: &dyn std::fmt::Display| StageError::Backend(format!("embedding: {e}"));
+        let encodings = self
+            .tokenizer
+            .encode_batch(texts.to_vec(), true)
+            .map_err(|e| backend(&e))?;
+        let batch = encodings.len();
+        let seq = encodings.first().map_or(0, |e| e.get_ids().len());
+        let mut ids = Vec::with_capacity(batch * seq);
+        let mut mask = Vec::with_capacity(batch * seq);
+        let mut types = Vec::with_capacity(batch * seq);
+        for e in &encodings {
+            ids.extend(e.get_ids().iter().map(|&x| i64::from(x)));
+            mask.extend(e.get_attention_mask().iter().map(|&x| i64::from(x)));
+            types.extend(e.get_type_ids().iter().map(|&x| i64::from(x)));
+        }
+        let shape = [batch, seq];
+        let mask_arr = Array2::from_shape_vec(shape, mask.clone()).map_err(|e| backend(&e))?;
+        let t = |v: Vec<i64>| Tensor::from_array((shape, v)).map_err(|e| backend(&e));
+        let mut session = self
+            .session
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let outputs = if self.has_token_types {
+            session.run(ort::inputs![
+                "input_ids" => t(ids)?,
+                "attention_mask" => t(mask)?,
+                "token_type_ids" => t(types)?,
+            ])
+        } else {
+            session.run(ort::inputs![
+                "input_ids" => t(ids)?,
+                "attention_mask" => t(mask)?,
+            ])
+        }
+        .map_err(|e| backend(&e))?;
+        let hidden = outputs[self.output.as_str()]
+            .try_extract_array::<f32>()
+            .map_err(|e| backend(&e))?;
+        let shape = hidden.shape().to_vec();
+        if shape.len() == 2 {
+            // Already pooled.
+            return Ok(hidden
+                .rows_or_panic_free(&shape)
+                .into_iter()
+                .map(normalise)
+                .collect());
+        }
+        if shape.len() != 3 || shape[0] != batch || shape[1] != seq {
+            return Err(StageError::Backend(format!(
+                "embedding: unexpected output shape {shape:?}"
+            )));
+        }
+        let dim = shape[2];
+        let mut out = Vec::with_capacity(batch);
+        for b in 0..batch {
+            let mut acc = vec![0f32; dim];
+            let mut n = 0f32;
+            for s in 0..seq {
+                if mask_arr[[b, s]] == 0 {
+                    continue;
+                }
+                n += 1.0;
+                for (d, a) in acc.iter_mut().enumerate() {
+                    *a += hidden[[b, s, d]];
+                }
+            }
+            let n = n.max(1.0);
+            acc.iter_mut().for_each(|a| *a /= n);
+            out.push(normalise(acc));
+        }
+        Ok(out)
+    }
+}
+
+trait Rows {
+    fn rows_or_panic_free(&self, shape: &[usize]) -> Vec<Vec<f32>>;
+}
+
+impl Rows for ndarray::ArrayViewD<'_, f32> {
+    fn rows_or_panic_free(&self, shape: &[usize]) -> Vec<Vec<f32>> {
+        (0..shape[0])
+            .map(|b| (0..shape[1]).map(|d| self[[b, d]]).collect())
+            .collect()
+    }
+}
+
+fn normalise(mut v: Vec<f32>) -> Vec<f32> {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        v.iter_mut().for_each(|x| *x /= norm);
+    }
+    v
+}
+
+impl Embedder for OnnxEmbedder {
+    fn dim(&self) -> usize {
+        self.dim
+    }
+
+    fn embed(&self, texts: &[String], cancel: &Cancel) -> Result<Vec<Vec<f32>>, StageError> {
+        if let Some(i) = texts.iter().position(|t| t.trim().is_empty()) {
+            return Err(StageError::InvalidInput(format!("text {i} is empty")));
+        }
+        let mut out = Vec::with_capacity(texts.len());
+        for chunk in texts.chunks(self.batch_size) {
+            if cancel.is_cancelled() {
+                return Err(StageError::Cancelled);
+            }
+            out.extend(self.embed_batch(chunk)?);
+        }
+        Ok(out)
+    }
+}

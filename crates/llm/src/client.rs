@@ -1,0 +1,78 @@
+use std::time::Duration;
+
+/// A pooled HTTP client for one OpenAI-compatible backend.
+#[derive(Debug, Clone)]
+pub struct LlmClient {
+    http: reqwest::Client,
+    base_url: String,
+    api_key: Option<String>,
+}
+
+impl LlmClient {
+    /// `base_url` is the OpenAI-style base, ending in `/v1`
+    /// (e.g. `http://127.0.0.1:8000/v1`).
+    pub fn new(base_url: &str, api_key: Option<String>) -> Self {
+        let http = reqwest::Client::builder()
+            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_max_idle_per_host(64)
+            .tcp_nodelay(true)
+            .connect_timeout(Duration::from_secs(2))
+            .build()
+            .unwrap_or_default();
+        Self {
+            http,
+            base_url: base_url.trim_end_matches('/').to_owned(),
+            api_key,
+        }
+    }
+
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
+    /// Is the backend up and serving? Asks `GET /models`, which every
+    /// OpenAI-compatible server answers, and returns the model ids.
+    pub async fn check(&self, timeout: Duration) -> Result<Vec<String>, String> {
+        let mut req = self
+            .http
+            .get(format!("{}/models", self.base_url))
+            .timeout(timeout);
+        if let Some(key) = &self.api_key {
+            req = req.bearer_auth(key);
+        }
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| format!("{}: {}", self.base_url, short(&e)))?;
+        let status = resp.status();
+        if !status.is_success() {
+            return Err(format!("{}/models answered {status}", self.base_url));
+        }
+        let body: serde_json::Value = resp
+            .json()
+            .await
+            .map_err(|e| format!("{}/models: {}", self.base_url, short(&e)))?;
+        Ok(body["data"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|m| m["id"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+}
+
+fn short(e: &reqwest::Error) -> String {
+    if e.is_timeout() {
+        "timed out".into()
+    } else if e.is_connect() {
+        "connection refused or unreachable".into()
+    } else {
+        e.to_string()
+    }
+}

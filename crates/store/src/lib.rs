@@ -1,0 +1,152 @@
+//! The durable store. SQLite (WAL, `synchronous=FULL`) is the embedded
+//! default; PostgreSQL is used when the database URL says `postgres://`.
+//! Migrations for both live in the workspace's `migrations/` folder and are
+//! embedded in the binary.
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum StoreError {
+    #[error("database url: {0}")]
+    Url(String),
+    #[error("database: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("migrations: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+}
+
+/// Which database the store talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+#[derive(Debug, Clone)]
+enum Pool {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// A connection pool with the schema migrated to the latest version.
+#[derive(Debug, Clone)]
+pub struct Store {
+    pool: Pool,
+}
+
+impl Store {
+    /// Opens the database at `url` (`sqlite://PATH` or `postgres://…`),
+    /// creating a SQLite file if needed, and applies pending migrations.
+    pub async fn open(url: &str) -> Result<Self, StoreError> {
+        let pool = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            let opts =
+                PgConnectOptions::from_str(url).map_err(|e| StoreError::Url(e.to_string()))?;
+            let pool = PgPoolOptions::new()
+                .max_connections(16)
+                .acquire_timeout(Duration::from_secs(5))
+                .connect_with(opts)
+                .await?;
+            sqlx::migrate!("../../migrations/postgres")
+                .run(&pool)
+                .await?;
+            Pool::Postgres(pool)
+        } else if url.starts_with("sqlite:") {
+            let opts = SqliteConnectOptions::from_str(url)
+                .map_err(|e| StoreError::Url(e.to_string()))?
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                // FULL: a commit is on disk before it is acknowledged.
+                .synchronous(SqliteSynchronous::Full)
+                .foreign_keys(true)
+                .busy_timeout(Duration::from_secs(5));
+            let pool = SqlitePoolOptions::new()
+                .max_connections(8)
+                .connect_with(opts)
+                .await?;
+            sqlx::migrate!("../../migrations/sqlite").run(&pool).await?;
+            Pool::Sqlite(pool)
+        } else {
+            return Err(StoreError::Url(format!(
+                "unsupported scheme in {:?}: use sqlite://PATH or postgres://…",
+                redact(url)
+            )));
+        };
+        Ok(Self { pool })
+    }
+
+    /// The SQLite URL for `ragtime.db` in `data_dir`.
+    pub fn sqlite_url(data_dir: &Path) -> String {
+        format!("sqlite://{}", data_dir.join("ragtime.db").display())
+    }
+
+    pub fn backend(&self) -> Backend {
+        match self.pool {
+            Pool::Sqlite(_) => Backend::Sqlite,
+            Pool::Postgres(_) => Backend::Postgres,
+        }
+    }
+
+    /// A round trip to the database (readiness).
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        match &self.pool {
+            Pool::Sqlite(p) => sqlx::query("SELECT 1").execute(p).await.map(drop)?,
+            Pool::Postgres(p) => sqlx::query("SELECT 1").execute(p).await.map(drop)?,
+        }
+        Ok(())
+    }
+
+    /// Names of all collections, sorted.
+    pub async fn collections(&self) -> Result<Vec<String>, StoreError> {
+        let q = "SELECT name FROM collections ORDER BY name";
+        Ok(match &self.pool {
+            Pool::Sqlite(p) => sqlx::query_scalar(q).fetch_all(p).await?,
+            Pool::Postgres(p) => sqlx::query_scalar(q).fetch_all(p).await?,
+        })
+    }
+
+    pub async fn close(&self) {
+        match &self.pool {
+            Pool::Sqlite(p) => p.close().await,
+            Pool::Postgres(p) => p.close().await,
+        }
+    }
+}
+
+/// A database URL with any password replaced, for messages and logs.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let creds = &url[s + 3..at];
+            match creds.find(':') {
+                Some(c) => format!("{}{}:***{}", &url[..s + 3], &creds[..c], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_never_reach_messages() {
+        assert_eq!(
+            redact("postgres://u:secret@h:5432/db"),
+            "postgres://u:***@h:5432/db"
+        );
+        assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(
+            redact("sqlite://data/ragtime.db"),
+            "sqlite://data/ragtime.db"
+        );
+    }
+}

@@ -1,0 +1,330 @@
+//! Configuration, layered: built-in defaults → `ragtime.toml` →
+//! `RAGTIME__SECTION__KEY` environment variables (plus the standard
+//! `OTEL_EXPORTER_OTLP_ENDPOINT`). Validated once at start.
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use ragtime_pipeline::BudgetProfile;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("config: {0}")]
+    Load(String),
+    #[error("config: {key}: {message}")]
+    Invalid { key: String, message: String },
+}
+
+fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.to_owned(),
+        message: message.into(),
+    }
+}
+
+/// A value that must never reach a log line.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(pub String);
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("\"***\"")
+    }
+}
+
+/// Where `make setup` puts models and binaries (`RAGTIME_CACHE`, default
+/// `~/.cache/ragtime`).
+pub fn cache_dir() -> PathBuf {
+    if let Some(c) = std::env::var_os("RAGTIME_CACHE") {
+        return PathBuf::from(c);
+    }
+    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
+    home.join(".cache/ragtime")
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub server: ServerConfig,
+    /// Folder for the SQLite database and index files (`RAGTIME__DATA_DIR`).
+    pub data_dir: PathBuf,
+    /// `postgres://…` to use PostgreSQL; unset = SQLite in `data_dir`.
+    pub database_url: Option<Secret>,
+    /// Bearer key for `/admin` (`RAGTIME__ADMIN_KEY`); unset = admin API off.
+    pub admin_key: Option<Secret>,
+    pub embed: EmbedConfig,
+    pub rerank: RerankConfig,
+    pub llm: LlmConfig,
+    pub budgets: BudgetProfile,
+    pub telemetry: TelemetryConfig,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Listen address (`RAGTIME__SERVER__ADDR`); port 0 picks a free port.
+    pub addr: SocketAddr,
+    /// Largest request body accepted, in bytes.
+    pub body_limit_bytes: usize,
+    /// How long in-flight requests get to finish on shutdown.
+    pub shutdown_grace_s: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EmbedConfig {
+    /// Folder with `model.onnx` and `tokenizer.json`.
+    pub model_dir: PathBuf,
+    /// The ONNX Runtime shared library.
+    pub ort_lib: PathBuf,
+    pub intra_threads: usize,
+    pub max_tokens: usize,
+    pub batch_size: usize,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RerankConfig {
+    /// A BERT-style cross-encoder exported to ONNX (`RAGTIME__RERANK__MODEL_DIR`).
+    pub model_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LlmConfig {
+    /// OpenAI-compatible base URL ending in `/v1` (`RAGTIME__LLM__BASE_URL`).
+    /// Unset: start and supervise the local llama-server.
+    pub base_url: Option<String>,
+    /// Model name sent to the backend (`RAGTIME__LLM__MODEL`).
+    pub model: String,
+    pub api_key: Option<Secret>,
+    /// The local llama-server binary and model (used when `base_url` is unset).
+    pub server_bin: PathBuf,
+    pub model_path: PathBuf,
+    pub ctx_size: u32,
+    pub threads: u32,
+    pub parallel: u32,
+    /// How long the local server may take to load before readiness fails.
+    pub startup_timeout_s: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormatSetting {
+    Auto,
+    Pretty,
+    Json,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetryConfig {
+    pub log_format: LogFormatSetting,
+    /// From the standard `OTEL_EXPORTER_OTLP_ENDPOINT`.
+    pub otlp_endpoint: Option<String>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            server: ServerConfig::default(),
+            data_dir: PathBuf::from("./data"),
+            database_url: None,
+            admin_key: None,
+            embed: EmbedConfig::default(),
+            rerank: RerankConfig::default(),
+            llm: LlmConfig::default(),
+            budgets: BudgetProfile::default(),
+            telemetry: TelemetryConfig::default(),
+        }
+    }
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            body_limit_bytes: 32 * 1024 * 1024,
+            shutdown_grace_s: 10,
+        }
+    }
+}
+
+impl Default for EmbedConfig {
+    fn default() -> Self {
+        let c = cache_dir();
+        Self {
+            model_dir: c.join("models/all-minilm-l6-v2"),
+            ort_lib: c.join("onnxruntime/libonnxruntime.so.1.31.1"),
+            intra_threads: 1,
+            max_tokens: 256,
+            batch_size: 32,
+        }
+    }
+}
+
+impl Default for LlmConfig {
+    fn default() -> Self {
+        let c = cache_dir();
+        Self {
+            base_url: None,
+            model: "smollm2-135m-instruct".into(),
+            api_key: None,
+            server_bin: c.join("bin/llama-server"),
+            model_path: c.join("models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
+            ctx_size: 4096,
+            threads: 2,
+            parallel: 2,
+            startup_timeout_s: 120,
+        }
+    }
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        Self {
+            log_format: LogFormatSetting::Auto,
+            otlp_endpoint: None,
+        }
+    }
+}
+
+impl Config {
+    /// Loads defaults → `file` (or `./ragtime.toml` if present) → environment.
+    /// An explicitly named file must exist.
+    pub fn load(file: Option<&Path>) -> Result<Config, ConfigError> {
+        let mut fig = Figment::from(Serialized::defaults(Config::default()));
+        match file {
+            Some(path) if !path.is_file() => {
+                return Err(ConfigError::Load(format!(
+                    "{}: no such file",
+                    path.display()
+                )));
+            }
+            Some(path) => fig = fig.merge(Toml::file_exact(path)),
+            None if Path::new("ragtime.toml").is_file() => {
+                fig = fig.merge(Toml::file_exact("ragtime.toml"))
+            }
+            None => {}
+        }
+        let fig = fig.merge(Env::prefixed("RAGTIME__").split("__"));
+        let mut config: Config = fig.extract().map_err(|e| ConfigError::Load(describe(&e)))?;
+        if let Ok(endpoint) = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT") {
+            if !endpoint.trim().is_empty() {
+                config.telemetry.otlp_endpoint = Some(endpoint);
+            }
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks every value that could only fail later, naming the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.budgets
+            .validate()
+            .map_err(|e| invalid(&format!("budgets.{}", e.field), e.message))?;
+        if let Some(url) = &self.llm.base_url {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(invalid(
+                    "llm.base_url",
+                    format!("{url:?} is not an http(s) URL"),
+                ));
+            }
+        }
+        if let Some(Secret(url)) = &self.database_url {
+            let ok = ["sqlite:", "postgres://", "postgresql://"]
+                .iter()
+                .any(|p| url.starts_with(p));
+            if !ok {
+                return Err(invalid(
+                    "database_url",
+                    "must start with postgres://, postgresql:// or sqlite:",
+                ));
+            }
+        }
+        if let Some(Secret(k)) = &self.admin_key {
+            if k.len() < 16 {
+                return Err(invalid("admin_key", "must be at least 16 characters"));
+            }
+        }
+        if self.llm.model.trim().is_empty() {
+            return Err(invalid("llm.model", "must not be empty"));
+        }
+        let e = &self.embed;
+        if !(1..=64).contains(&e.intra_threads) {
+            return Err(invalid("embed.intra_threads", "must be between 1 and 64"));
+        }
+        if !(8..=512).contains(&e.max_tokens) {
+            return Err(invalid("embed.max_tokens", "must be between 8 and 512"));
+        }
+        if !(1..=1024).contains(&e.batch_size) {
+            return Err(invalid("embed.batch_size", "must be between 1 and 1024"));
+        }
+        if self.llm.ctx_size < 512 {
+            return Err(invalid("llm.ctx_size", "must be at least 512"));
+        }
+        if self.llm.threads == 0 || self.llm.parallel == 0 {
+            return Err(invalid(
+                "llm.threads",
+                "llm.threads and llm.parallel must be at least 1",
+            ));
+        }
+        if self.server.body_limit_bytes < 1024 {
+            return Err(invalid("server.body_limit_bytes", "must be at least 1024"));
+        }
+        Ok(())
+    }
+
+    /// A copy safe to print: secrets replaced by `***`.
+    pub fn redacted(&self) -> Config {
+        let hide = |s: &Option<Secret>| s.as_ref().map(|_| Secret("***".into()));
+        let mut c = self.clone();
+        c.admin_key = hide(&c.admin_key);
+        c.llm.api_key = hide(&c.llm.api_key);
+        c.database_url = c
+            .database_url
+            .as_ref()
+            .map(|Secret(u)| Secret(ragtime_store::redact(u)));
+        c
+    }
+
+    /// The database the store opens.
+    pub fn database_url(&self) -> String {
+        match &self.database_url {
+            Some(Secret(url)) => url.clone(),
+            None => ragtime_store::Store::sqlite_url(&self.data_dir),
+        }
+    }
+}
+
+/// Figment's message plus where the bad value came from.
+fn describe(e: &figment::Error) -> String {
+    e.clone()
+        .into_iter()
+        .map(|e| {
+            let key = e.path.join(".");
+            let src = e
+                .metadata
+                .as_ref()
+                .map(|m| m.name.to_string())
+                .unwrap_or_default();
+            let key = if key.is_empty() {
+                String::new()
+            } else {
+                format!("{key}: ")
+            };
+            let src = if src.is_empty() {
+                String::new()
+            } else {
+                format!(" (from {src})")
+            };
+            format!("{key}{}{src}", e.kind)
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}

@@ -1,0 +1,12 @@
+//! The ragtime gateway: HTTP routes, start-up and the mapping of errors to
+//! HTTP responses. The pipeline's decisions live in `ragtime-pipeline`.
+
+pub mod config;
+pub mod error;
+mod extract;
+mod routes;
+mod startup;
+mod state;
+
+pub use config::Config;
+pub use startup::{Application, init_telemetry};

@@ -1,0 +1,201 @@
+//! `Application::build` opens the store, starts the LLM backend, starts
+//! loading the models and binds the listener; `run_until_stopped` serves.
+
+use crate::config::{Config, LogFormatSetting};
+use crate::error::{ApiError, ErrorCode};
+use crate::routes;
+use crate::state::AppState;
+use anyhow::Context;
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::Request;
+use ragtime_embed::{EmbedderOptions, OnnxEmbedder};
+use ragtime_llm::{LlmClient, LocalServer, LocalServerOptions};
+use ragtime_store::Store;
+use std::future::Future;
+use std::io::IsTerminal;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
+
+pub struct Application {
+    listener: TcpListener,
+    state: Arc<AppState>,
+    router: Router,
+}
+
+/// Sets up logging from the config (once per process).
+pub fn init_telemetry(config: &Config) {
+    let format = match config.telemetry.log_format {
+        LogFormatSetting::Json => ragtime_telemetry::LogFormat::Json,
+        LogFormatSetting::Pretty => ragtime_telemetry::LogFormat::Pretty,
+        LogFormatSetting::Auto if std::io::stderr().is_terminal() => {
+            ragtime_telemetry::LogFormat::Pretty
+        }
+        LogFormatSetting::Auto => ragtime_telemetry::LogFormat::Json,
+    };
+    ragtime_telemetry::init(format);
+}
+
+impl Application {
+    pub async fn build(config: Config) -> anyhow::Result<Application> {
+        config.validate()?;
+        std::fs::create_dir_all(&config.data_dir)
+            .with_context(|| format!("cannot create data_dir {}", config.data_dir.display()))?;
+        let db_url = config.database_url();
+        let store = Store::open(&db_url).await.with_context(|| {
+            format!(
+                "cannot open the store at {}",
+                ragtime_store::redact(&db_url)
+            )
+        })?;
+
+        let api_key = config.llm.api_key.as_ref().map(|s| s.0.clone());
+        let (llm, local) = match &config.llm.base_url {
+            Some(url) => (LlmClient::new(url, api_key), None),
+            None => {
+                let server = LocalServer::start(LocalServerOptions {
+                    binary: config.llm.server_bin.clone(),
+                    model: config.llm.model_path.clone(),
+                    alias: config.llm.model.clone(),
+                    ctx_size: config.llm.ctx_size,
+                    threads: config.llm.threads,
+                    parallel: config.llm.parallel,
+                    port: 0,
+                })
+                .map_err(anyhow::Error::msg)
+                .context("cannot start the local LLM (set RAGTIME__LLM__BASE_URL to use another backend)")?;
+                (LlmClient::new(&server.base_url(), api_key), Some(server))
+            }
+        };
+
+        // Fail fast on missing model files; load and warm up in the background
+        // so the process answers /healthz at once and /readyz when warm.
+        let embed_opts = EmbedderOptions {
+            model_dir: config.embed.model_dir.clone(),
+            ort_lib: config.embed.ort_lib.clone(),
+            intra_threads: config.embed.intra_threads,
+            max_tokens: config.embed.max_tokens,
+            batch_size: config.embed.batch_size,
+        };
+        for f in [
+            embed_opts.model_dir.join("model.onnx"),
+            embed_opts.model_dir.join("tokenizer.json"),
+            embed_opts.ort_lib.clone(),
+        ] {
+            anyhow::ensure!(f.is_file(), "{} not found (run `make setup`)", f.display());
+        }
+
+        let listener = TcpListener::bind(config.server.addr)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.server.addr))?;
+        let body_limit = config.server.body_limit_bytes;
+        let state = Arc::new(AppState::new(config, store, llm, local));
+
+        let loader = state.clone();
+        tokio::task::spawn_blocking(move || {
+            let t0 = std::time::Instant::now();
+            let res = OnnxEmbedder::load(&embed_opts).map_err(|e| e.to_string());
+            match &res {
+                Ok(_) => tracing::info!(
+                    elapsed_ms = t0.elapsed().as_millis() as u64,
+                    "embedding model loaded and warmed"
+                ),
+                Err(e) => tracing::error!(error = %e, "embedding model failed to load"),
+            }
+            loader.set_embedder(res);
+        });
+
+        let router = routes::router(state.clone())
+            .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such route") })
+            .method_not_allowed_fallback(|| async {
+                ApiError::new(ErrorCode::MethodNotAllowed, "method not allowed on this route")
+            })
+            .layer(DefaultBodyLimit::max(body_limit))
+            .layer(PropagateRequestIdLayer::x_request_id())
+            .layer(TraceLayer::new_for_http().make_span_with(|req: &Request<_>| {
+                let id = req
+                    .headers()
+                    .get("x-request-id")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("");
+                tracing::info_span!("request", method = %req.method(), uri = %req.uri().path(), request_id = %id)
+            }))
+            .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid));
+        Ok(Application {
+            listener,
+            state,
+            router,
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.listener.local_addr().map(|a| a.port()).unwrap_or(0)
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until SIGINT or SIGTERM, then drains and stops the LLM.
+    pub async fn run_until_stopped(self) -> anyhow::Result<()> {
+        self.run_until(shutdown_signal()).await
+    }
+
+    /// Serves until `signal` completes; in-flight requests get the
+    /// configured grace period to finish.
+    pub async fn run_until(
+        self,
+        signal: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let addr = self.listener.local_addr()?;
+        tracing::info!(%addr, "ragtime listening");
+        let grace = Duration::from_secs(self.state.config.server.shutdown_grace_s);
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let serve = axum::serve(self.listener, self.router).with_graceful_shutdown(async move {
+            signal.await;
+            let _ = tx.send(());
+        });
+        let drained = async move {
+            let _ = rx.await;
+            tracing::info!(
+                grace_s = grace.as_secs(),
+                "shutting down: draining requests"
+            );
+            tokio::time::sleep(grace).await;
+        };
+        tokio::select! {
+            res = serve => res?,
+            () = drained => tracing::warn!("grace period over; dropping remaining requests"),
+        }
+        if let Some(server) = self.state.take_local_llm() {
+            server.shutdown().await;
+        }
+        self.state.store.close().await;
+        tracing::info!("ragtime stopped");
+        Ok(())
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}

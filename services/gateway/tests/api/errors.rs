@@ -1,0 +1,118 @@
+use crate::helpers::{error_of, spawn_app};
+use serde_json::json;
+
+/// Bad input gets a 4xx with a JSON body naming the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_a_clear_json_error_naming_the_field() {
+    let app = spawn_app().await;
+    app.wait_ready().await;
+    let cases = [
+        (json!({"input": []}), 422, "invalid_request", Some("input")),
+        (
+            json!({"input": ["ok", "  "]}),
+            422,
+            "invalid_request",
+            Some("input[1]"),
+        ),
+        (json!({"input": 5}), 422, "invalid_request", Some("input")),
+        (
+            json!({"input": [1, 2]}),
+            422,
+            "invalid_request",
+            Some("input"),
+        ),
+        (
+            json!({"inputs": "x"}),
+            422,
+            "invalid_request",
+            Some("inputs"),
+        ),
+        (json!({}), 422, "invalid_request", Some("input")),
+        (
+            json!({"input": "x", "model": "gpt-4"}),
+            422,
+            "invalid_request",
+            Some("model"),
+        ),
+        (
+            json!({"input": "x", "encoding_format": "hex"}),
+            422,
+            "invalid_request",
+            Some("encoding_format"),
+        ),
+        (
+            json!({"input": "x", "budget_ms": 0}),
+            422,
+            "invalid_request",
+            Some("budget_ms"),
+        ),
+        (
+            json!({"input": "x", "budget_ms": -3}),
+            422,
+            "invalid_request",
+            Some("budget_ms"),
+        ),
+    ];
+    for (body, status, code, field) in cases {
+        let r = app.post_json("/v1/embeddings", body.clone()).await;
+        let (s, c, f, full) = error_of(r).await;
+        assert_eq!(
+            (s, c.as_str(), f.as_deref()),
+            (status, code, field),
+            "{body} -> {full}"
+        );
+        let msg = full["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            msg.chars().next().is_some_and(|ch| !ch.is_uppercase()),
+            "messages are lowercase: {msg}"
+        );
+    }
+
+    let r = app
+        .http
+        .post(app.url("/v1/embeddings"))
+        .header("content-type", "application/json")
+        .body("{\"input\": \"x\"")
+        .send()
+        .await
+        .expect("post");
+    let (s, c, _, _) = error_of(r).await;
+    assert_eq!((s, c.as_str()), (400, "invalid_json"));
+
+    let r = app
+        .http
+        .post(app.url("/v1/embeddings"))
+        .body("input=x")
+        .send()
+        .await
+        .expect("post");
+    let (s, c, _, _) = error_of(r).await;
+    assert_eq!((s, c.as_str()), (415, "unsupported_media_type"));
+
+    let r = app
+        .http
+        .get(app.url("/v1/nothing-here"))
+        .send()
+        .await
+        .expect("get");
+    let (s, c, _, _) = error_of(r).await;
+    assert_eq!((s, c.as_str()), (404, "not_found"));
+
+    let r = app
+        .http
+        .delete(app.url("/healthz"))
+        .send()
+        .await
+        .expect("delete");
+    let (s, c, _, _) = error_of(r).await;
+    assert_eq!((s, c.as_str()), (405, "method_not_allowed"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_bodies_are_refused() {
+    let app = crate::helpers::spawn_app_with(|c| c.server.body_limit_bytes = 4096).await;
+    let big = "x".repeat(10_000);
+    let r = app.post_json("/v1/embeddings", json!({"input": big})).await;
+    let (s, c, _, _) = error_of(r).await;
+    assert_eq!((s, c.as_str()), (413, "payload_too_large"));
+}

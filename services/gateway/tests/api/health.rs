@@ -1,0 +1,113 @@
+use crate::helpers::{spawn_app, spawn_app_with};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_answers_at_once_and_readyz_once_everything_is_warm() {
+    let app = spawn_app().await;
+    let r = app
+        .http
+        .get(app.url("/healthz"))
+        .send()
+        .await
+        .expect("healthz");
+    assert_eq!(r.status(), 200);
+
+    let body = app.wait_ready().await;
+    assert_eq!(body["status"], "ready");
+    assert_eq!(body["checks"]["embed"]["ok"], true);
+    assert_eq!(body["checks"]["embed"]["dim"], 384);
+    assert_eq!(body["checks"]["store"]["ok"], true);
+    assert_eq!(body["checks"]["store"]["backend"], "sqlite");
+    assert_eq!(body["checks"]["llm"]["ok"], true);
+    let models = body["checks"]["llm"]["models"].to_string();
+    assert!(models.contains("smollm2-135m-instruct"), "{models}");
+    app.shutdown().await.expect("clean shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_is_503_and_names_the_llm_when_the_backend_is_unreachable() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("port");
+    let app =
+        spawn_app_with(|c| c.llm.base_url = Some(format!("http://127.0.0.1:{port}/v1"))).await;
+    // Give the embedder time to load so only the LLM is missing.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let r = app
+            .http
+            .get(app.url("/readyz"))
+            .send()
+            .await
+            .expect("readyz");
+        assert_eq!(r.status(), 503);
+        let body: serde_json::Value = r.json().await.expect("json");
+        assert_eq!(body["status"], "not_ready");
+        assert_eq!(body["checks"]["llm"]["ok"], false);
+        assert!(
+            body["checks"]["llm"]["error"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(&port.to_string())
+        );
+        if body["checks"]["embed"]["ok"] == true {
+            assert_eq!(body["checks"]["store"]["ok"], true);
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "embedder never loaded: {body}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    app.shutdown().await.expect("clean shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_store_when_configured() {
+    let Ok(admin_url) = std::env::var("RAGTIME_TEST_DATABASE_URL") else {
+        eprintln!("RAGTIME_TEST_DATABASE_URL is not set: PostgreSQL gateway test did not run");
+        return;
+    };
+    let name = format!("ragtime_gw_{}", uuid_like());
+    let admin = sqlx_admin(&admin_url, &format!("CREATE DATABASE {name}")).await;
+    assert!(
+        admin,
+        "could not create a database on RAGTIME_TEST_DATABASE_URL"
+    );
+    let base = admin_url
+        .rsplit_once('/')
+        .map_or(admin_url.as_str(), |(b, _)| b)
+        .to_owned();
+    let url = format!("{base}/{name}");
+    let app = spawn_app_with(|c| c.database_url = Some(ragtime_gateway::config::Secret(url))).await;
+    let body = app.wait_ready().await;
+    assert_eq!(body["checks"]["store"]["backend"], "postgres");
+    app.shutdown().await.expect("shutdown");
+    sqlx_admin(
+        &admin_url,
+        &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+    )
+    .await;
+}
+
+fn uuid_like() -> String {
+    format!(
+        "{:x}{:x}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    )
+}
+
+/// Runs one statement on the admin database.
+async fn sqlx_admin(url: &str, sql: &str) -> bool {
+    let Ok(pool) = sqlx::PgPool::connect(url).await else {
+        return false;
+    };
+    let ok = sqlx::query(sql).execute(&pool).await.is_ok();
+    pool.close().await;
+    ok
+}

@@ -1,0 +1,10 @@
+//! One integration-test binary for the gateway: every test starts a real
+//! `Application` on port 0 with its own data folder, the real ONNX model and
+//! (unless a test points elsewhere) the real supervised llama-server.
+
+mod cli;
+mod embeddings;
+mod errors;
+mod health;
+mod helpers;
+mod lifecycle;
