@@ -6,9 +6,13 @@
 pub mod budget;
 pub mod cancel;
 pub mod error;
+pub mod filter;
+pub mod fusion;
 pub mod stage;
 
 pub use budget::{BudgetReport, Outcome, Stage, StageReport};
 pub use cancel::Cancel;
 pub use error::StageError;
+pub use filter::{Filter, FilterError};
+pub use fusion::reciprocal_rank_fusion;
 pub use stage::Embedder;

@@ -3,6 +3,13 @@
 //! Migrations for both live in the workspace's `migrations/` folder and are
 //! embedded in the binary.
 
+mod documents;
+
+pub use documents::{
+    ChunkRecord, DocumentRecord, IndexChunk, NewChunk, NewDocument, Upsert, WriteReceipt,
+    decode_vector, encode_vector,
+};
+
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,

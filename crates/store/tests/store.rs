@@ -1,7 +1,7 @@
 //! The store against a real SQLite file and, when `RAGTIME_TEST_DATABASE_URL`
 //! names one, a real PostgreSQL server (a fresh database per test).
 
-use ragtime_store::{Backend, Store};
+use ragtime_store::{Backend, NewChunk, NewDocument, Store, Upsert};
 
 /// A fresh PostgreSQL database on the test server, dropped at the end.
 struct PgDb {
@@ -53,6 +53,119 @@ async fn check_fresh_store(store: &Store) {
     );
 }
 
+fn doc(id: &str, hash: &str, texts: &[&str]) -> NewDocument {
+    NewDocument {
+        external_id: id.into(),
+        title: format!("title of {id}"),
+        metadata: r#"{"year":2020,"lang":"en"}"#.into(),
+        content_hash: hash.into(),
+        chunks: texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| NewChunk {
+                position: i as i32,
+                text: (*t).into(),
+                tokens: 3,
+                embedding: vec![i as f32, 0.5, -1.25],
+            })
+            .collect(),
+    }
+}
+
+/// Create, read, replace, skip-unchanged and delete, with the corpus
+/// version moving on every real write.
+async fn exercise_documents(store: &Store) {
+    let coll = store.ensure_collection("default").await.expect("default");
+    assert_eq!(
+        store.ensure_collection("default").await.expect("again"),
+        coll
+    );
+    let other = store.ensure_collection("papers").await.expect("papers");
+    assert_ne!(coll, other);
+    assert_eq!(store.collection_id("nope").await.expect("lookup"), None);
+    assert_eq!(store.corpus_version().await.expect("v0"), 0);
+
+    let r = store
+        .upsert_document(coll, &doc("d1", "h1", &["alpha", "beta"]))
+        .await
+        .expect("insert");
+    assert_eq!(r.upsert, Upsert::Created);
+    assert_eq!(r.chunk_ids.len(), 2);
+    assert_eq!(r.version, 1);
+    assert_eq!(
+        store.content_hash(coll, "d1").await.expect("hash"),
+        Some("h1".into())
+    );
+    // Same id in another collection is another document.
+    let r2 = store
+        .upsert_document(other, &doc("d1", "h9", &["gamma"]))
+        .await
+        .expect("insert other");
+    assert_ne!(r2.document_id, r.document_id);
+
+    let same = store
+        .upsert_document(coll, &doc("d1", "h1", &["alpha", "beta"]))
+        .await
+        .expect("same");
+    assert_eq!(same.upsert, Upsert::Unchanged);
+    assert_eq!(same.chunk_ids, r.chunk_ids);
+    assert_eq!(
+        store.corpus_version().await.expect("v"),
+        2,
+        "an unchanged upsert writes nothing"
+    );
+
+    let rep = store
+        .upsert_document(coll, &doc("d1", "h2", &["delta", "epsilon", "zeta"]))
+        .await
+        .expect("replace");
+    assert_eq!(rep.upsert, Upsert::Replaced);
+    assert_eq!(rep.document_id, r.document_id);
+    assert_eq!(rep.removed_chunk_ids, r.chunk_ids);
+    assert_eq!(rep.version, 3);
+    let got = store
+        .get_document(coll, "d1")
+        .await
+        .expect("get")
+        .expect("exists");
+    assert_eq!(got.collection, "default");
+    assert_eq!(got.content_hash, "h2");
+    let texts: Vec<_> = got.chunks.iter().map(|c| c.text.as_str()).collect();
+    assert_eq!(
+        texts,
+        ["delta", "epsilon", "zeta"],
+        "old chunks are gone, new ones in order"
+    );
+
+    let all = store.index_chunks().await.expect("index chunks");
+    assert_eq!(all.len(), 4);
+    let z = all.iter().find(|c| c.text == "zeta").expect("zeta");
+    assert_eq!(
+        z.embedding,
+        vec![2.0, 0.5, -1.25],
+        "embeddings round-trip exactly"
+    );
+    assert_eq!(z.external_id, "d1");
+    assert_eq!(z.metadata, r#"{"year":2020,"lang":"en"}"#);
+
+    let del = store
+        .delete_document(coll, "d1")
+        .await
+        .expect("delete")
+        .expect("existed");
+    assert_eq!(del.removed_chunk_ids, rep.chunk_ids);
+    assert_eq!(del.version, 4);
+    assert_eq!(store.get_document(coll, "d1").await.expect("get"), None);
+    assert_eq!(
+        store
+            .delete_document(coll, "d1")
+            .await
+            .expect("delete again"),
+        None
+    );
+    assert_eq!(store.index_chunks().await.expect("chunks").len(), 1);
+}
+
 #[tokio::test]
 async fn sqlite_store_migrates_and_survives_reopen() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -65,6 +178,7 @@ async fn sqlite_store_migrates_and_survives_reopen() {
     let again = Store::open(&url).await.expect("reopen sqlite");
     check_fresh_store(&again).await;
     assert!(dir.path().join("ragtime.db").is_file());
+    exercise_documents(&again).await;
 }
 
 #[tokio::test]
@@ -79,6 +193,7 @@ async fn postgres_store_migrates_and_survives_reopen() {
     store.close().await;
     let again = Store::open(&db.url).await.expect("reopen postgres");
     check_fresh_store(&again).await;
+    exercise_documents(&again).await;
     again.close().await;
     db.drop_db().await;
 }

@@ -93,7 +93,7 @@ async fn embeddings_run_under_the_budget_engine_and_report_it() {
 async fn an_exhausted_budget_is_a_503_with_the_budget_story_not_a_hang() {
     let app = spawn_app().await;
     app.wait_ready().await;
-    let texts: Vec<String> = (0..64)
+    let texts: Vec<String> = (0..1024)
         .map(|i| format!("passage number {i} about protein folding and chaperones"))
         .collect();
     let t0 = std::time::Instant::now();
@@ -105,8 +105,9 @@ async fn an_exhausted_budget_is_a_503_with_the_budget_story_not_a_hang() {
     assert_eq!((status, code.as_str()), (503, "budget_exceeded"), "{body}");
     assert_eq!(body["budget"]["total_ms"], 5);
     assert_eq!(body["budget"]["stages"][0]["outcome"], "timeout");
+    // Embedding 1024 texts takes seconds; the answer comes at the deadline.
     assert!(
-        elapsed < std::time::Duration::from_millis(500),
+        elapsed < std::time::Duration::from_millis(1500),
         "{elapsed:?}"
     );
 }
@@ -118,26 +119,15 @@ async fn configured_budgets_are_what_requests_get() {
     })
     .await;
     app.wait_ready().await;
-    let r = app
-        .post_json("/v1/embeddings", json!({"input": "hello"}))
-        .await;
-    let body: serde_json::Value = r.json().await.expect("json");
-    assert_eq!(body["budget"]["total_ms"], 3_000);
     // A request may tighten the total but never loosen it.
-    let r = app
-        .post_json(
-            "/v1/embeddings",
-            json!({"input": "hello", "budget_ms": 60_000}),
-        )
-        .await;
-    let body: serde_json::Value = r.json().await.expect("json");
-    assert_eq!(body["budget"]["total_ms"], 3_000);
-    let r = app
-        .post_json(
-            "/v1/embeddings",
-            json!({"input": "hello", "budget_ms": 2_000}),
-        )
-        .await;
-    let body: serde_json::Value = r.json().await.expect("json");
-    assert_eq!(body["budget"]["total_ms"], 2_000);
+    for (asked, got) in [(None, 3_000), (Some(60_000), 3_000), (Some(2_000), 2_000)] {
+        let r = app
+            .post_json(
+                "/v1/embeddings",
+                json!({"input": "hello", "budget_ms": asked}),
+            )
+            .await;
+        let body: serde_json::Value = r.json().await.expect("json");
+        assert_eq!(body["budget"]["total_ms"], got, "budget_ms {asked:?}");
+    }
 }

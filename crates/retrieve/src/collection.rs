@@ -1,0 +1,198 @@
+//! One collection's chunks, dense and lexical indexes, and filter cache.
+
+use crate::dense::{Dense, DenseParams, SearchPath};
+use crate::lexical::Lexical;
+use crate::{ChunkEntry, Hit, IndexError};
+use ragtime_core::{Cancel, Filter};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+struct DocEntry {
+    metadata: Arc<Value>,
+    chunks: Vec<i64>,
+}
+
+#[derive(Default)]
+struct Corpus {
+    chunks: HashMap<i64, Arc<ChunkEntry>>,
+    docs: HashMap<i64, DocEntry>,
+}
+
+/// Which chunks a search may return.
+#[derive(Debug, Clone)]
+pub enum Allowed {
+    /// Every live chunk of the collection.
+    All,
+    /// Only these chunk ids (sorted).
+    Only(Arc<Vec<usize>>),
+}
+
+impl Allowed {
+    pub fn count(&self, total: usize) -> usize {
+        match self {
+            Allowed::All => total,
+            Allowed::Only(v) => v.len(),
+        }
+    }
+}
+
+pub struct CollectionIndex {
+    corpus: RwLock<Corpus>,
+    dense: Dense,
+    lexical: Lexical,
+    /// Bumped on every change; keys the filter cache.
+    version: AtomicU64,
+    filter_cache: Mutex<HashMap<String, (u64, Arc<Vec<usize>>)>>,
+}
+
+const FILTER_CACHE_ENTRIES: usize = 256;
+
+impl CollectionIndex {
+    pub fn new(dim: usize, params: DenseParams) -> Result<Self, IndexError> {
+        Ok(Self {
+            corpus: RwLock::new(Corpus::default()),
+            dense: Dense::new(dim, params),
+            lexical: Lexical::new()?,
+            version: AtomicU64::new(0),
+            filter_cache: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.corpus
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .chunks
+            .len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn chunk(&self, id: i64) -> Option<Arc<ChunkEntry>> {
+        self.corpus
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .chunks
+            .get(&id)
+            .cloned()
+    }
+
+    /// Adds chunks with their embeddings to both indexes and commits the
+    /// lexical index, so they are searchable when this returns.
+    pub fn add(&self, chunks: Vec<(ChunkEntry, Vec<f32>)>) -> Result<(), IndexError> {
+        if chunks.is_empty() {
+            return Ok(());
+        }
+        for (_, v) in &chunks {
+            self.dense.check_dim(v)?;
+        }
+        self.lexical.add(chunks.iter().map(|(c, _)| c))?;
+        self.dense
+            .add(chunks.iter().map(|(c, v)| (c.chunk_id, v.as_slice())));
+        {
+            let mut corpus = self.corpus.write().unwrap_or_else(PoisonError::into_inner);
+            for (c, _) in chunks {
+                let doc = corpus
+                    .docs
+                    .entry(c.document_id)
+                    .or_insert_with(|| DocEntry {
+                        metadata: c.metadata.clone(),
+                        chunks: Vec::new(),
+                    });
+                doc.metadata = c.metadata.clone();
+                doc.chunks.push(c.chunk_id);
+                corpus.chunks.insert(c.chunk_id, Arc::new(c));
+            }
+        }
+        self.version.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Removes chunks from both indexes.
+    pub fn remove(&self, chunk_ids: &[i64]) -> Result<(), IndexError> {
+        if chunk_ids.is_empty() {
+            return Ok(());
+        }
+        self.lexical.remove(chunk_ids)?;
+        {
+            let mut corpus = self.corpus.write().unwrap_or_else(PoisonError::into_inner);
+            for id in chunk_ids {
+                if let Some(c) = corpus.chunks.remove(id) {
+                    if let Some(doc) = corpus.docs.get_mut(&c.document_id) {
+                        doc.chunks.retain(|x| x != id);
+                        if doc.chunks.is_empty() {
+                            corpus.docs.remove(&c.document_id);
+                        }
+                    }
+                }
+            }
+        }
+        self.dense.remove(chunk_ids);
+        self.version.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// The chunks `filter` allows (cached until the collection changes).
+    pub fn allowed(&self, filter: &Filter) -> Allowed {
+        if filter.is_all() {
+            return Allowed::All;
+        }
+        let key = format!("{filter:?}");
+        let version = self.version.load(Ordering::Acquire);
+        if let Some((v, set)) = self
+            .filter_cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&key)
+        {
+            if *v == version {
+                return Allowed::Only(set.clone());
+            }
+        }
+        let set = {
+            let corpus = self.corpus.read().unwrap_or_else(PoisonError::into_inner);
+            let mut ids: Vec<usize> = corpus
+                .docs
+                .values()
+                .filter(|d| filter.matches(&d.metadata))
+                .flat_map(|d| d.chunks.iter().map(|&c| c as usize))
+                .collect();
+            ids.sort_unstable();
+            Arc::new(ids)
+        };
+        let mut cache = self
+            .filter_cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if cache.len() >= FILTER_CACHE_ENTRIES {
+            cache.clear();
+        }
+        cache.insert(key, (version, set.clone()));
+        Allowed::Only(set)
+    }
+
+    /// Nearest chunks to a unit query vector among the allowed ones.
+    pub fn dense_search(
+        &self,
+        query: &[f32],
+        k: usize,
+        allowed: &Allowed,
+        cancel: &Cancel,
+    ) -> (Vec<Hit>, SearchPath) {
+        self.dense.search(query, k, allowed, self.len(), cancel)
+    }
+
+    /// BM25 over title and text among the allowed chunks.
+    pub fn lexical_search(
+        &self,
+        query: &str,
+        k: usize,
+        allowed: &Allowed,
+    ) -> Result<Vec<Hit>, IndexError> {
+        self.lexical.search(query, k, allowed)
+    }
+}

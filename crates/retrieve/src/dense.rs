@@ -1,0 +1,256 @@
+//! Filtered HNSW over unit vectors (dot product = cosine similarity).
+
+use crate::collection::Allowed;
+use crate::{Hit, IndexError};
+use hnsw_rs::anndists::dist::Distance;
+use hnsw_rs::prelude::Hnsw;
+use ragtime_core::Cancel;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, PoisonError, RwLock};
+
+/// HNSW and filtered-search settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DenseParams {
+    /// Links per node (M).
+    pub m: usize,
+    pub ef_construction: usize,
+    /// Candidate list size for unfiltered searches.
+    pub ef_search: usize,
+    /// Allowed sets up to this size are scanned exactly ...
+    pub exact_below: usize,
+    /// ... and so are allowed sets below this share of the collection.
+    pub exact_fraction: f32,
+}
+
+impl Default for DenseParams {
+    fn default() -> Self {
+        Self {
+            m: 24,
+            ef_construction: 128,
+            ef_search: 160,
+            exact_below: 2048,
+            exact_fraction: 0.05,
+        }
+    }
+}
+
+/// How a dense search found its hits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SearchPath {
+    Graph,
+    FilteredGraph,
+    Exact,
+    Cancelled,
+}
+
+/// Cosine distance for unit vectors: `1 − a·b`, clamped at 0 against
+/// rounding (hnsw_rs's own `DistDot` asserts on it).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UnitCosine;
+
+impl Distance<f32> for UnitCosine {
+    fn eval(&self, a: &[f32], b: &[f32]) -> f32 {
+        (1.0 - dot(a, b)).max(0.0)
+    }
+}
+
+type Graph = Hnsw<'static, f32, UnitCosine>;
+
+pub struct Dense {
+    dim: usize,
+    params: DenseParams,
+    graph: RwLock<Arc<Graph>>,
+    vectors: RwLock<HashMap<usize, Vec<f32>>>,
+    /// Points still in the graph whose chunks are gone.
+    deleted: RwLock<HashSet<usize>>,
+}
+
+fn new_graph(params: &DenseParams, capacity: usize) -> Graph {
+    Hnsw::new(
+        params.m,
+        capacity.max(1024),
+        16,
+        params.ef_construction,
+        UnitCosine,
+    )
+}
+
+/// Dot product in eight independent lanes so it vectorises.
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+fn top_k(mut hits: Vec<Hit>, k: usize) -> Vec<Hit> {
+    let by_score = |a: &Hit, b: &Hit| {
+        b.score
+            .total_cmp(&a.score)
+            .then(a.chunk_id.cmp(&b.chunk_id))
+    };
+    if hits.len() > k {
+        hits.select_nth_unstable_by(k, by_score);
+        hits.truncate(k);
+    }
+    hits.sort_by(by_score);
+    hits
+}
+
+impl Dense {
+    pub fn new(dim: usize, params: DenseParams) -> Self {
+        Self {
+            dim,
+            params,
+            graph: RwLock::new(Arc::new(new_graph(&params, 1024))),
+            vectors: RwLock::new(HashMap::new()),
+            deleted: RwLock::new(HashSet::new()),
+        }
+    }
+
+    pub fn check_dim(&self, v: &[f32]) -> Result<(), IndexError> {
+        if v.len() == self.dim {
+            Ok(())
+        } else {
+            Err(IndexError::Dim {
+                got: v.len(),
+                want: self.dim,
+            })
+        }
+    }
+
+    pub fn add<'a>(&self, items: impl Iterator<Item = (i64, &'a [f32])>) {
+        let items: Vec<(Vec<f32>, usize)> =
+            items.map(|(id, v)| (v.to_vec(), id as usize)).collect();
+        let graph = self
+            .graph
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let refs: Vec<(&Vec<f32>, usize)> = items.iter().map(|(v, id)| (v, *id)).collect();
+        if refs.len() > 64 {
+            graph.parallel_insert(&refs);
+        } else {
+            for (v, id) in &refs {
+                graph.insert((v.as_slice(), *id));
+            }
+        }
+        let mut vectors = self.vectors.write().unwrap_or_else(PoisonError::into_inner);
+        let mut deleted = self.deleted.write().unwrap_or_else(PoisonError::into_inner);
+        for (v, id) in items {
+            deleted.remove(&id);
+            vectors.insert(id, v);
+        }
+    }
+
+    pub fn remove(&self, ids: &[i64]) {
+        let (live, dead) = {
+            let mut vectors = self.vectors.write().unwrap_or_else(PoisonError::into_inner);
+            let mut deleted = self.deleted.write().unwrap_or_else(PoisonError::into_inner);
+            for id in ids {
+                if vectors.remove(&(*id as usize)).is_some() {
+                    deleted.insert(*id as usize);
+                }
+            }
+            (vectors.len(), deleted.len())
+        };
+        // Too many tombstones slow searches and hurt recall: rebuild.
+        if dead > 1000 && dead * 4 > live {
+            self.rebuild();
+        }
+    }
+
+    /// Rebuilds the graph from the live vectors (drops tombstones).
+    pub fn rebuild(&self) {
+        let vectors = self.vectors.read().unwrap_or_else(PoisonError::into_inner);
+        let graph = new_graph(&self.params, vectors.len());
+        let refs: Vec<(&Vec<f32>, usize)> = vectors.iter().map(|(id, v)| (v, *id)).collect();
+        graph.parallel_insert(&refs);
+        *self.graph.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(graph);
+        self.deleted
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+
+    pub fn search(
+        &self,
+        query: &[f32],
+        k: usize,
+        allowed: &Allowed,
+        total: usize,
+        cancel: &Cancel,
+    ) -> (Vec<Hit>, SearchPath) {
+        if k == 0 || query.len() != self.dim {
+            return (Vec::new(), SearchPath::Exact);
+        }
+        let graph = self
+            .graph
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let to_hits = |ns: Vec<hnsw_rs::prelude::Neighbour>| -> Vec<Hit> {
+            ns.into_iter()
+                .map(|n| Hit {
+                    chunk_id: n.d_id as i64,
+                    score: 1.0 - n.distance,
+                })
+                .collect()
+        };
+        match allowed {
+            Allowed::All => {
+                let deleted = self.deleted.read().unwrap_or_else(PoisonError::into_inner);
+                let ef = self.params.ef_search.max(k);
+                let ns = if deleted.is_empty() {
+                    drop(deleted);
+                    graph.search(query, k, ef)
+                } else {
+                    let keep = |id: &usize| !deleted.contains(id);
+                    graph.search_filter(query, k, ef, Some(&keep))
+                };
+                (to_hits(ns), SearchPath::Graph)
+            }
+            Allowed::Only(set) => {
+                let exact_limit = self
+                    .params
+                    .exact_below
+                    .max((self.params.exact_fraction * total as f32) as usize);
+                if set.len() <= exact_limit {
+                    let vectors = self.vectors.read().unwrap_or_else(PoisonError::into_inner);
+                    let mut hits = Vec::with_capacity(set.len());
+                    for (i, id) in set.iter().enumerate() {
+                        if i % 1024 == 1023 && cancel.is_cancelled() {
+                            return (top_k(hits, k), SearchPath::Cancelled);
+                        }
+                        if let Some(v) = vectors.get(id) {
+                            hits.push(Hit {
+                                chunk_id: *id as i64,
+                                score: dot(query, v),
+                            });
+                        }
+                    }
+                    (top_k(hits, k), SearchPath::Exact)
+                } else {
+                    let selectivity = set.len() as f32 / total.max(1) as f32;
+                    let ef = ((k as f32 / selectivity) as usize)
+                        .clamp(self.params.ef_search.max(k), 1024);
+                    let keep = |id: &usize| set.binary_search(id).is_ok();
+                    (
+                        to_hits(graph.search_filter(query, k, ef, Some(&keep))),
+                        SearchPath::FilteredGraph,
+                    )
+                }
+            }
+        }
+    }
+}

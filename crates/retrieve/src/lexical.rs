@@ -1,0 +1,108 @@
+//! BM25 over chunk titles and texts with tantivy (English stemming).
+
+use crate::collection::Allowed;
+use crate::{ChunkEntry, Hit, IndexError};
+use std::sync::{Mutex, PoisonError};
+use tantivy::collector::{FilterCollector, TopDocs};
+use tantivy::query::QueryParser;
+use tantivy::schema::{
+    FAST, Field, INDEXED, IndexRecordOption, STORED, Schema, TextFieldIndexing, TextOptions, Value,
+};
+use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term, doc};
+
+pub struct Lexical {
+    index: Index,
+    reader: IndexReader,
+    writer: Mutex<IndexWriter>,
+    chunk_id: Field,
+    title: Field,
+    text: Field,
+}
+
+impl Lexical {
+    pub fn new() -> Result<Self, IndexError> {
+        let mut schema = Schema::builder();
+        let stemmed = TextOptions::default().set_indexing_options(
+            TextFieldIndexing::default()
+                .set_tokenizer("en_stem")
+                .set_index_option(IndexRecordOption::WithFreqsAndPositions),
+        );
+        let chunk_id = schema.add_u64_field("chunk_id", INDEXED | STORED | FAST);
+        let title = schema.add_text_field("title", stemmed.clone());
+        let text = schema.add_text_field("text", stemmed);
+        let index = Index::create_in_ram(schema.build());
+        let writer = index.writer_with_num_threads(1, 32_000_000)?;
+        let reader = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .try_into()?;
+        Ok(Self {
+            index,
+            reader,
+            writer: Mutex::new(writer),
+            chunk_id,
+            title,
+            text,
+        })
+    }
+
+    pub fn add<'a>(&self, chunks: impl Iterator<Item = &'a ChunkEntry>) -> Result<(), IndexError> {
+        let mut w = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        for c in chunks {
+            w.add_document(doc!(
+                self.chunk_id => c.chunk_id as u64,
+                self.title => c.title.as_str(),
+                self.text => c.text.as_str(),
+            ))?;
+        }
+        w.commit()?;
+        drop(w);
+        self.reader.reload()?;
+        Ok(())
+    }
+
+    pub fn remove(&self, ids: &[i64]) -> Result<(), IndexError> {
+        let mut w = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        for id in ids {
+            w.delete_term(Term::from_field_u64(self.chunk_id, *id as u64));
+        }
+        w.commit()?;
+        drop(w);
+        self.reader.reload()?;
+        Ok(())
+    }
+
+    pub fn search(&self, query: &str, k: usize, allowed: &Allowed) -> Result<Vec<Hit>, IndexError> {
+        if k == 0 || query.trim().is_empty() {
+            return Ok(Vec::new());
+        }
+        let parser = QueryParser::for_index(&self.index, vec![self.title, self.text]);
+        // Lenient: user text is not query syntax; what cannot parse is dropped.
+        let (q, _errors) = parser.parse_query_lenient(query);
+        let searcher = self.reader.searcher();
+        let top = TopDocs::with_limit(k);
+        let docs = match allowed {
+            Allowed::All => searcher.search(&q, &top.order_by_score())?,
+            Allowed::Only(set) => {
+                let set = set.clone();
+                let only = FilterCollector::new(
+                    "chunk_id".to_owned(),
+                    move |id: u64| set.binary_search(&(id as usize)).is_ok(),
+                    top.order_by_score(),
+                );
+                searcher.search(&q, &only)?
+            }
+        };
+        let mut hits = Vec::with_capacity(docs.len());
+        for (score, addr) in docs {
+            let d: TantivyDocument = searcher.doc(addr)?;
+            if let Some(id) = d.get_first(self.chunk_id).and_then(|v| v.as_u64()) {
+                hits.push(Hit {
+                    chunk_id: id as i64,
+                    score,
+                });
+            }
+        }
+        Ok(hits)
+    }
+}

@@ -1,0 +1,115 @@
+//! In-memory retrieval indexes, one set per collection, rebuilt from the
+//! store on start: a filtered HNSW (`hnsw_rs`, dot product on unit vectors =
+//! cosine) and a BM25 index (`tantivy`, English stemming) over the same
+//! chunks, with the same metadata filters.
+//!
+//! Filters are evaluated before the vector search: the filter picks the
+//! allowed chunks (per document, cached per corpus version), then the HNSW
+//! traversal only collects allowed points — or, when the allowed set is
+//! small, an exact scan of just those vectors replaces the graph search.
+
+mod collection;
+mod dense;
+mod lexical;
+
+pub use collection::{Allowed, CollectionIndex};
+pub use dense::{DenseParams, SearchPath};
+
+use ragtime_core::Filter;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError, RwLock};
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum IndexError {
+    #[error("lexical index: {0}")]
+    Lexical(#[from] tantivy::TantivyError),
+    #[error("vector has {got} dimensions, the index {want}")]
+    Dim { got: usize, want: usize },
+}
+
+/// One chunk as the indexes and search results see it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChunkEntry {
+    pub chunk_id: i64,
+    pub document_id: i64,
+    pub external_id: String,
+    pub position: i32,
+    pub title: String,
+    pub metadata: Arc<Value>,
+    pub text: String,
+}
+
+/// A scored search hit (higher is better).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Hit {
+    pub chunk_id: i64,
+    pub score: f32,
+}
+
+/// All collections' indexes.
+pub struct Indexes {
+    dim: usize,
+    params: DenseParams,
+    collections: RwLock<HashMap<String, Arc<CollectionIndex>>>,
+}
+
+impl Indexes {
+    pub fn new(dim: usize, params: DenseParams) -> Self {
+        Self {
+            dim,
+            params,
+            collections: RwLock::new(HashMap::new()),
+        }
+    }
+
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// The index of `name`, if any chunk was ever added to it.
+    pub fn get(&self, name: &str) -> Option<Arc<CollectionIndex>> {
+        self.collections
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(name)
+            .cloned()
+    }
+
+    /// The index of `name`, created empty if missing.
+    pub fn get_or_create(&self, name: &str) -> Result<Arc<CollectionIndex>, IndexError> {
+        if let Some(c) = self.get(name) {
+            return Ok(c);
+        }
+        let mut map = self
+            .collections
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(c) = map.get(name) {
+            return Ok(c.clone());
+        }
+        let c = Arc::new(CollectionIndex::new(self.dim, self.params)?);
+        map.insert(name.to_owned(), c.clone());
+        Ok(c)
+    }
+
+    /// Total live chunks over all collections.
+    pub fn len(&self) -> usize {
+        self.collections
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .map(|c| c.len())
+            .sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Parses a filter given as JSON, naming it `filter` in errors.
+pub fn parse_filter(v: &Value) -> Result<Filter, ragtime_core::FilterError> {
+    Filter::parse(v, "filter")
+}

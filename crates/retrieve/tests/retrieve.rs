@@ -1,0 +1,254 @@
+//! Filtered HNSW recall against brute force, BM25 with filters, and index
+//! maintenance (replace, delete).
+
+use ragtime_core::{Cancel, Filter};
+use ragtime_retrieve::{Allowed, ChunkEntry, CollectionIndex, DenseParams, SearchPath};
+use serde_json::json;
+use std::collections::HashSet;
+use std::sync::Arc;
+
+/// A small deterministic generator (xorshift) so the test needs no crate.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 11) as f32 / (1u64 << 53) as f32
+    }
+    fn gauss(&mut self) -> f32 {
+        let (u, v) = (self.unit().max(1e-9), self.unit());
+        (-2.0 * u.ln()).sqrt() * (std::f32::consts::TAU * v).cos()
+    }
+}
+
+fn normalise(mut v: Vec<f32>) -> Vec<f32> {
+    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    v.iter_mut().for_each(|x| *x /= n);
+    v
+}
+
+/// Clustered unit vectors, like sentence embeddings of a topical corpus.
+fn vectors(n: usize, dim: usize, seed: u64) -> Vec<Vec<f32>> {
+    let mut r = Rng(seed);
+    let centres: Vec<Vec<f32>> = (0..50)
+        .map(|_| (0..dim).map(|_| r.gauss()).collect())
+        .collect();
+    (0..n)
+        .map(|i| {
+            let c = &centres[i % centres.len()];
+            normalise(c.iter().map(|x| x + 0.9 * r.gauss()).collect())
+        })
+        .collect()
+}
+
+fn entry(id: i64, text: &str, meta: serde_json::Value) -> ChunkEntry {
+    ChunkEntry {
+        chunk_id: id,
+        document_id: id,
+        external_id: format!("doc-{id}"),
+        position: 0,
+        title: String::new(),
+        metadata: Arc::new(meta),
+        text: text.to_owned(),
+    }
+}
+
+fn brute(vs: &[Vec<f32>], q: &[f32], k: usize, keep: impl Fn(usize) -> bool) -> Vec<i64> {
+    let mut s: Vec<(f32, usize)> = vs
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| keep(*i + 1))
+        .map(|(i, v)| (v.iter().zip(q).map(|(a, b)| a * b).sum(), i + 1))
+        .collect();
+    s.sort_by(|a, b| b.0.total_cmp(&a.0));
+    s.into_iter().take(k).map(|(_, i)| i as i64).collect()
+}
+
+#[test]
+fn filtered_hnsw_recall_at_10_stays_above_095_at_every_selectivity() {
+    let (n, dim) = (6000, 384);
+    let vs = vectors(n, dim, 7);
+    // A low exact-scan threshold so 10 % goes through the filtered graph.
+    let params = DenseParams {
+        exact_below: 256,
+        ..DenseParams::default()
+    };
+    let idx = CollectionIndex::new(dim, params).expect("index");
+    // bucket = id % 1000: selectivity 100 %, 10 %, 1 %, 0.1 % via bucket < 1000/100/10/1.
+    idx.add(
+        vs.iter()
+            .enumerate()
+            .map(|(i, v)| {
+                (
+                    entry(i as i64 + 1, "x", json!({"bucket": (i + 1) % 1000})),
+                    v.clone(),
+                )
+            })
+            .collect(),
+    )
+    .expect("add");
+    let queries = vectors(40, dim, 99);
+    for (limit, label) in [(1000, "100%"), (100, "10%"), (10, "1%"), (1, "0.1%")] {
+        let filter = if limit == 1000 {
+            Filter::All
+        } else {
+            Filter::parse(&json!({"bucket": {"$lt": limit}}), "filter").expect("filter")
+        };
+        let allowed = idx.allowed(&filter);
+        let mut found = 0usize;
+        let mut wanted = 0usize;
+        let mut paths = HashSet::new();
+        for q in &queries {
+            let truth = brute(&vs, q, 10, |id| limit == 1000 || id % 1000 < limit);
+            let (hits, path) = idx.dense_search(q, 10, &allowed, &Cancel::new());
+            paths.insert(format!("{path:?}"));
+            let got: HashSet<i64> = hits.iter().map(|h| h.chunk_id).collect();
+            assert!(
+                got.iter()
+                    .all(|id| limit == 1000 || (*id as usize) % 1000 < limit),
+                "a filtered-out chunk came back"
+            );
+            found += truth.iter().filter(|t| got.contains(t)).count();
+            wanted += truth.len();
+        }
+        let recall = found as f32 / wanted as f32;
+        eprintln!("selectivity {label}: recall@10 {recall:.3} via {paths:?}");
+        let expected_path = match limit {
+            1000 => "Graph",
+            100 => "FilteredGraph",
+            _ => "Exact",
+        };
+        assert_eq!(
+            paths.into_iter().collect::<Vec<_>>(),
+            [expected_path],
+            "{label}"
+        );
+        assert!(recall >= 0.95, "selectivity {label}: recall@10 {recall:.3}");
+    }
+}
+
+#[test]
+fn selective_filters_switch_to_an_exact_scan() {
+    let dim = 16;
+    let vs = vectors(3000, dim, 3);
+    let idx = CollectionIndex::new(
+        dim,
+        DenseParams {
+            exact_below: 100,
+            exact_fraction: 0.0,
+            ..DenseParams::default()
+        },
+    )
+    .expect("index");
+    idx.add(
+        vs.iter()
+            .enumerate()
+            .map(|(i, v)| {
+                (
+                    entry(i as i64 + 1, "x", json!({"b": (i + 1) % 100})),
+                    v.clone(),
+                )
+            })
+            .collect(),
+    )
+    .expect("add");
+    let few = idx.allowed(&Filter::parse(&json!({"b": 5}), "f").expect("f"));
+    assert_eq!(few.count(3000), 30);
+    assert_eq!(
+        idx.dense_search(&vs[0], 5, &few, &Cancel::new()).1,
+        SearchPath::Exact
+    );
+    let many = idx.allowed(&Filter::parse(&json!({"b": {"$lt": 50}}), "f").expect("f"));
+    assert_eq!(
+        idx.dense_search(&vs[0], 5, &many, &Cancel::new()).1,
+        SearchPath::FilteredGraph
+    );
+    assert_eq!(
+        idx.dense_search(&vs[0], 5, &Allowed::All, &Cancel::new()).1,
+        SearchPath::Graph
+    );
+}
+
+#[test]
+fn bm25_finds_stemmed_terms_and_honours_filters() {
+    let idx = CollectionIndex::new(4, DenseParams::default()).expect("index");
+    let v = vec![0.5, 0.5, 0.5, 0.5];
+    idx.add(vec![
+        (
+            entry(
+                1,
+                "Mitochondria produce energy for the cell.",
+                json!({"year": 2019}),
+            ),
+            v.clone(),
+        ),
+        (
+            entry(2, "The cells divide by mitosis.", json!({"year": 2021})),
+            v.clone(),
+        ),
+        (
+            entry(3, "Stock markets rallied on Monday.", json!({"year": 2021})),
+            v.clone(),
+        ),
+    ])
+    .expect("add");
+    let hits = idx
+        .lexical_search("cell", 10, &Allowed::All)
+        .expect("search");
+    let ids: Vec<i64> = hits.iter().map(|h| h.chunk_id).collect();
+    assert_eq!(ids.len(), 2, "stemming: cell ~ cells: {ids:?}");
+    assert!(!ids.contains(&3));
+    let recent = idx.allowed(&Filter::parse(&json!({"year": {"$gte": 2020}}), "f").expect("f"));
+    let hits = idx.lexical_search("cell", 10, &recent).expect("search");
+    assert_eq!(hits.iter().map(|h| h.chunk_id).collect::<Vec<_>>(), [2]);
+    // Query syntax in user text does not fail the search.
+    assert!(
+        idx.lexical_search("cell AND (\"unbalanced", 10, &Allowed::All)
+            .is_ok()
+    );
+    assert!(
+        idx.lexical_search("   ", 10, &Allowed::All)
+            .expect("empty")
+            .is_empty()
+    );
+}
+
+#[test]
+fn removed_chunks_never_come_back() {
+    let dim = 8;
+    let vs = vectors(200, dim, 11);
+    let idx = CollectionIndex::new(dim, DenseParams::default()).expect("index");
+    idx.add(
+        vs.iter()
+            .enumerate()
+            .map(|(i, v)| {
+                (
+                    entry(i as i64 + 1, &format!("word{i} common"), json!({})),
+                    v.clone(),
+                )
+            })
+            .collect(),
+    )
+    .expect("add");
+    let gone: Vec<i64> = (1..=100).collect();
+    idx.remove(&gone).expect("remove");
+    assert_eq!(idx.len(), 100);
+    for q in vs.iter().take(20) {
+        let (hits, _) = idx.dense_search(q, 10, &Allowed::All, &Cancel::new());
+        assert!(
+            hits.iter().all(|h| h.chunk_id > 100),
+            "dense returned a removed chunk"
+        );
+        assert_eq!(hits.len(), 10);
+    }
+    let lex = idx
+        .lexical_search("common", 200, &Allowed::All)
+        .expect("lex");
+    assert_eq!(lex.len(), 100);
+    assert!(lex.iter().all(|h| h.chunk_id > 100));
+    assert!(idx.chunk(5).is_none() && idx.chunk(150).is_some());
+}

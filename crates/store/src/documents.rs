@@ -1,0 +1,343 @@
+//! Documents, chunks and the ingest log. One SQL text serves both databases
+//! (`$N` placeholders work in SQLite and PostgreSQL alike); the `on_pool!`
+//! macro runs it on whichever pool the store holds.
+
+use crate::{Pool, Store, StoreError};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+macro_rules! on_pool {
+    ($self:expr, $p:ident => $body:expr) => {
+        match &$self.pool {
+            Pool::Sqlite($p) => $body,
+            Pool::Postgres($p) => $body,
+        }
+    };
+}
+
+/// A chunk to store with its document.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewChunk {
+    pub position: i32,
+    pub text: String,
+    pub tokens: i32,
+    pub embedding: Vec<f32>,
+}
+
+/// A document to store (insert or replace by `external_id`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewDocument {
+    pub external_id: String,
+    pub title: String,
+    /// Metadata as a JSON object's text.
+    pub metadata: String,
+    pub content_hash: String,
+    pub chunks: Vec<NewChunk>,
+}
+
+/// What an upsert did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Upsert {
+    Created,
+    Replaced,
+    /// Same content hash, title and metadata: nothing was written.
+    Unchanged,
+}
+
+/// The result of a committed write: durable once returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteReceipt {
+    pub upsert: Upsert,
+    pub document_id: i64,
+    /// Ids of the chunks now stored for the document, by position.
+    pub chunk_ids: Vec<i64>,
+    /// Ids of the chunks the write removed (the old version).
+    pub removed_chunk_ids: Vec<i64>,
+    /// The corpus version after the write (the ingest log's last id).
+    pub version: i64,
+}
+
+/// A stored document without its chunks' embeddings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DocumentRecord {
+    pub id: i64,
+    pub collection: String,
+    pub external_id: String,
+    pub title: String,
+    pub metadata: String,
+    pub content_hash: String,
+    pub updated_ms: i64,
+    pub chunks: Vec<ChunkRecord>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChunkRecord {
+    pub id: i64,
+    pub position: i32,
+    pub text: String,
+    pub tokens: i32,
+}
+
+/// A chunk with everything an index needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexChunk {
+    pub chunk_id: i64,
+    pub document_id: i64,
+    pub collection: String,
+    pub external_id: String,
+    pub position: i32,
+    pub title: String,
+    pub metadata: String,
+    pub text: String,
+    pub embedding: Vec<f32>,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// f32 little-endian bytes.
+pub fn encode_vector(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+pub fn decode_vector(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+type DocRow = (i64, String, String, String, String, i64);
+type IndexRow = (
+    i64,
+    i64,
+    String,
+    String,
+    i32,
+    String,
+    String,
+    String,
+    Vec<u8>,
+);
+
+const INDEX_SELECT: &str = "SELECT c.id, d.id, col.name, d.external_id, c.position, d.title, d.metadata, c.text, c.embedding \
+     FROM chunks c JOIN documents d ON d.id = c.document_id JOIN collections col ON col.id = d.collection_id";
+
+fn to_index(r: IndexRow) -> IndexChunk {
+    IndexChunk {
+        chunk_id: r.0,
+        document_id: r.1,
+        collection: r.2,
+        external_id: r.3,
+        position: r.4,
+        title: r.5,
+        metadata: r.6,
+        text: r.7,
+        embedding: decode_vector(&r.8),
+    }
+}
+
+impl Store {
+    /// The id of collection `name`, if it exists.
+    pub async fn collection_id(&self, name: &str) -> Result<Option<i64>, StoreError> {
+        let q = "SELECT id FROM collections WHERE name = $1";
+        Ok(on_pool!(self, p => sqlx::query_scalar(q).bind(name).fetch_optional(p).await?))
+    }
+
+    /// Creates collection `name` if missing; returns its id.
+    pub async fn ensure_collection(&self, name: &str) -> Result<i64, StoreError> {
+        let q = "INSERT INTO collections (name) VALUES ($1) ON CONFLICT (name) DO NOTHING";
+        on_pool!(self, p => {
+            sqlx::query(q).bind(name).execute(p).await?;
+        });
+        self.collection_id(name)
+            .await?
+            .ok_or_else(|| StoreError::Url(format!("collection {name:?} vanished")))
+    }
+
+    /// The stored content hash of a document, to skip re-embedding
+    /// identical content.
+    pub async fn content_hash(
+        &self,
+        collection_id: i64,
+        external_id: &str,
+    ) -> Result<Option<String>, StoreError> {
+        let q = "SELECT content_hash FROM documents WHERE collection_id = $1 AND external_id = $2";
+        Ok(
+            on_pool!(self, p => sqlx::query_scalar(q).bind(collection_id).bind(external_id).fetch_optional(p).await?),
+        )
+    }
+
+    /// The corpus version: the id of the last ingest-log entry (0 if none).
+    pub async fn corpus_version(&self) -> Result<i64, StoreError> {
+        let q = "SELECT COALESCE(MAX(id), 0) FROM ingest_log";
+        Ok(on_pool!(self, p => sqlx::query_scalar::<_, i64>(q).fetch_one(p).await?))
+    }
+
+    /// Inserts or replaces a document and its chunks in one transaction.
+    /// When it returns, the write is committed (durable).
+    pub async fn upsert_document(
+        &self,
+        collection_id: i64,
+        doc: &NewDocument,
+    ) -> Result<WriteReceipt, StoreError> {
+        on_pool!(self, p => {
+            let mut tx = p.begin().await?;
+            let existing: Option<(i64, String, String, String)> = sqlx::query_as(
+                "SELECT id, content_hash, title, metadata FROM documents WHERE collection_id = $1 AND external_id = $2",
+            )
+            .bind(collection_id)
+            .bind(&doc.external_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+            let (upsert, document_id, removed) = match existing {
+                Some((id, hash, title, meta)) if hash == doc.content_hash && title == doc.title && meta == doc.metadata => {
+                    let ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM chunks WHERE document_id = $1 ORDER BY position")
+                        .bind(id)
+                        .fetch_all(&mut *tx)
+                        .await?;
+                    tx.rollback().await?;
+                    let version = self.corpus_version().await?;
+                    return Ok(WriteReceipt { upsert: Upsert::Unchanged, document_id: id, chunk_ids: ids, removed_chunk_ids: vec![], version });
+                }
+                Some((id, _, _, _)) => {
+                    let removed: Vec<i64> = sqlx::query_scalar("SELECT id FROM chunks WHERE document_id = $1 ORDER BY position")
+                        .bind(id)
+                        .fetch_all(&mut *tx)
+                        .await?;
+                    sqlx::query("DELETE FROM chunks WHERE document_id = $1").bind(id).execute(&mut *tx).await?;
+                    sqlx::query("UPDATE documents SET title = $1, metadata = $2, content_hash = $3, updated_ms = $4 WHERE id = $5")
+                        .bind(&doc.title)
+                        .bind(&doc.metadata)
+                        .bind(&doc.content_hash)
+                        .bind(now_ms())
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await?;
+                    (Upsert::Replaced, id, removed)
+                }
+                None => {
+                    let id: i64 = sqlx::query_scalar(
+                        "INSERT INTO documents (collection_id, external_id, title, metadata, content_hash, updated_ms) \
+                         VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+                    )
+                    .bind(collection_id)
+                    .bind(&doc.external_id)
+                    .bind(&doc.title)
+                    .bind(&doc.metadata)
+                    .bind(&doc.content_hash)
+                    .bind(now_ms())
+                    .fetch_one(&mut *tx)
+                    .await?;
+                    (Upsert::Created, id, vec![])
+                }
+            };
+            let mut chunk_ids = Vec::with_capacity(doc.chunks.len());
+            for c in &doc.chunks {
+                let id: i64 = sqlx::query_scalar(
+                    "INSERT INTO chunks (document_id, position, text, tokens, embedding) VALUES ($1, $2, $3, $4, $5) RETURNING id",
+                )
+                .bind(document_id)
+                .bind(c.position)
+                .bind(&c.text)
+                .bind(c.tokens)
+                .bind(encode_vector(&c.embedding))
+                .fetch_one(&mut *tx)
+                .await?;
+                chunk_ids.push(id);
+            }
+            let version: i64 = sqlx::query_scalar(
+                "INSERT INTO ingest_log (collection_id, external_id, op, chunks, at_ms) VALUES ($1, $2, 'upsert', $3, $4) RETURNING id",
+            )
+            .bind(collection_id)
+            .bind(&doc.external_id)
+            .bind(i32::try_from(chunk_ids.len()).unwrap_or(i32::MAX))
+            .bind(now_ms())
+            .fetch_one(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok(WriteReceipt { upsert, document_id, chunk_ids, removed_chunk_ids: removed, version })
+        })
+    }
+
+    /// Deletes a document and its chunks. `None` if there was no such document.
+    pub async fn delete_document(
+        &self,
+        collection_id: i64,
+        external_id: &str,
+    ) -> Result<Option<WriteReceipt>, StoreError> {
+        on_pool!(self, p => {
+            let mut tx = p.begin().await?;
+            let id: Option<i64> = sqlx::query_scalar("SELECT id FROM documents WHERE collection_id = $1 AND external_id = $2")
+                .bind(collection_id)
+                .bind(external_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+            let Some(id) = id else {
+                tx.rollback().await?;
+                return Ok(None);
+            };
+            let removed: Vec<i64> = sqlx::query_scalar("SELECT id FROM chunks WHERE document_id = $1 ORDER BY position")
+                .bind(id)
+                .fetch_all(&mut *tx)
+                .await?;
+            sqlx::query("DELETE FROM chunks WHERE document_id = $1").bind(id).execute(&mut *tx).await?;
+            sqlx::query("DELETE FROM documents WHERE id = $1").bind(id).execute(&mut *tx).await?;
+            let version: i64 = sqlx::query_scalar(
+                "INSERT INTO ingest_log (collection_id, external_id, op, chunks, at_ms) VALUES ($1, $2, 'delete', $3, $4) RETURNING id",
+            )
+            .bind(collection_id)
+            .bind(external_id)
+            .bind(i32::try_from(removed.len()).unwrap_or(i32::MAX))
+            .bind(now_ms())
+            .fetch_one(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok(Some(WriteReceipt { upsert: Upsert::Replaced, document_id: id, chunk_ids: vec![], removed_chunk_ids: removed, version }))
+        })
+    }
+
+    /// A document with its chunks (without embeddings).
+    pub async fn get_document(
+        &self,
+        collection_id: i64,
+        external_id: &str,
+    ) -> Result<Option<DocumentRecord>, StoreError> {
+        let q = "SELECT d.id, col.name, d.title, d.metadata, d.content_hash, d.updated_ms FROM documents d \
+                 JOIN collections col ON col.id = d.collection_id WHERE d.collection_id = $1 AND d.external_id = $2";
+        let row: Option<DocRow> = on_pool!(self, p => sqlx::query_as(q).bind(collection_id).bind(external_id).fetch_optional(p).await?);
+        let Some((id, collection, title, metadata, content_hash, updated_ms)) = row else {
+            return Ok(None);
+        };
+        let q = "SELECT id, position, text, tokens FROM chunks WHERE document_id = $1 ORDER BY position";
+        let chunks: Vec<(i64, i32, String, i32)> =
+            on_pool!(self, p => sqlx::query_as(q).bind(id).fetch_all(p).await?);
+        Ok(Some(DocumentRecord {
+            id,
+            collection,
+            external_id: external_id.to_owned(),
+            title,
+            metadata,
+            content_hash,
+            updated_ms,
+            chunks: chunks
+                .into_iter()
+                .map(|(id, position, text, tokens)| ChunkRecord {
+                    id,
+                    position,
+                    text,
+                    tokens,
+                })
+                .collect(),
+        }))
+    }
+
+    /// Every stored chunk with its embedding, for rebuilding indexes.
+    pub async fn index_chunks(&self) -> Result<Vec<IndexChunk>, StoreError> {
+        let q = format!("{INDEX_SELECT} ORDER BY c.id");
+        let rows: Vec<IndexRow> = on_pool!(self, p => sqlx::query_as(&q).fetch_all(p).await?);
+        Ok(rows.into_iter().map(to_index).collect())
+    }
+}
