@@ -3,9 +3,13 @@
 //! Mean pooling over the last hidden state with the attention mask, then L2
 //! normalisation, as sentence-transformers does for this model.
 
+mod chunk;
 mod onnx;
+mod service;
 
+pub use chunk::{Chunker, TextChunk};
 pub use onnx::ort_environment;
+pub use service::{EmbedService, ServiceOptions, normalise_text};
 
 use ndarray::Array2;
 use ort::session::Session;
@@ -44,6 +48,8 @@ pub struct EmbedderOptions {
 /// blocking thread.
 pub struct OnnxEmbedder {
     session: Mutex<Session>,
+    /// The raw tokenizer (for chunking).
+    raw_tokenizer: Tokenizer,
     tokenizer: Tokenizer,
     dim: usize,
     batch_size: usize,
@@ -71,6 +77,7 @@ impl OnnxEmbedder {
             return Err(file_err(&model, "model file not found (run `make setup`)"));
         }
         let mut tokenizer = Tokenizer::from_file(&tok_path).map_err(|e| file_err(&tok_path, e))?;
+        let raw_tokenizer = tokenizer.clone();
         // tokenizer.json pins padding and truncation to 128: set both here.
         tokenizer
             .with_truncation(Some(TruncationParams {
@@ -109,6 +116,7 @@ impl OnnxEmbedder {
         );
         let mut me = Self {
             session: Mutex::new(session),
+            raw_tokenizer,
             tokenizer,
             dim: 0,
             batch_size: opts.batch_size.max(1),
@@ -121,6 +129,11 @@ impl OnnxEmbedder {
             .map_err(|e| file_err(&model, e))?;
         me.dim = v.first().map_or(0, Vec::len);
         Ok(me)
+    }
+
+    /// A chunker that splits text with this model's tokenizer.
+    pub fn chunker(&self, max_tokens: usize, overlap: usize) -> Chunker {
+        Chunker::new(self.raw_tokenizer.clone(), max_tokens, overlap)
     }
 
     fn embed_batch(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, StageError> {

@@ -1,7 +1,7 @@
 //! The real all-MiniLM-L6-v2 ONNX model from `make setup`.
 
 use ragtime_core::{Cancel, Embedder, StageError};
-use ragtime_embed::{EmbedderOptions, OnnxEmbedder};
+use ragtime_embed::{EmbedService, EmbedderOptions, OnnxEmbedder, ServiceOptions};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -13,19 +13,21 @@ fn cache() -> PathBuf {
         })
 }
 
+fn load() -> OnnxEmbedder {
+    let c = cache();
+    OnnxEmbedder::load(&EmbedderOptions {
+        model_dir: c.join("models/all-minilm-l6-v2"),
+        ort_lib: c.join("onnxruntime/libonnxruntime.so.1.31.1"),
+        intra_threads: 1,
+        max_tokens: 256,
+        batch_size: 8,
+    })
+    .unwrap_or_else(|e| panic!("load the model with `make setup` first: {e}"))
+}
+
 fn embedder() -> &'static OnnxEmbedder {
     static E: OnceLock<OnnxEmbedder> = OnceLock::new();
-    E.get_or_init(|| {
-        let c = cache();
-        OnnxEmbedder::load(&EmbedderOptions {
-            model_dir: c.join("models/all-minilm-l6-v2"),
-            ort_lib: c.join("onnxruntime/libonnxruntime.so.1.31.1"),
-            intra_threads: 1,
-            max_tokens: 256,
-            batch_size: 8,
-        })
-        .unwrap_or_else(|e| panic!("load the model with `make setup` first: {e}"))
-    })
+    E.get_or_init(load)
 }
 
 fn cos(a: &[f32], b: &[f32]) -> f32 {
@@ -78,4 +80,116 @@ fn empty_text_is_rejected_and_cancel_stops_the_work() {
     let c = Cancel::new();
     c.cancel();
     assert_eq!(e.embed(&["ok".into()], &c), Err(StageError::Cancelled));
+}
+
+const LONG: &str = "Protein misfolding is a hallmark of many neurodegenerative diseases. \
+Chaperones such as Hsp70 recognise exposed hydrophobic patches and prevent aggregation. \
+When chaperone capacity is exceeded, misfolded proteins are routed to the proteasome. \
+Autophagy clears larger aggregates that the proteasome cannot unfold. \
+Ageing reduces the capacity of all three systems, which may explain late onset. \
+Experimental upregulation of chaperones extends lifespan in worms and flies. \
+In mice, the evidence is mixed and depends strongly on the tissue studied. \
+Therapeutic strategies therefore target several nodes of the proteostasis network at once.";
+
+#[test]
+fn chunks_fit_the_window_overlap_and_cover_the_text() {
+    let e = embedder();
+    let chunker = e.chunker(40, 10);
+    let text = LONG.repeat(3);
+    let chunks = chunker.chunk(&text);
+    assert!(chunks.len() >= 5, "{} chunks", chunks.len());
+    assert_eq!(chunks[0].start, 0);
+    assert_eq!(chunks.last().map(|c| c.end), Some(text.trim_end().len()));
+    for w in chunks.windows(2) {
+        assert!(w[1].start < w[0].end, "consecutive chunks overlap");
+        assert!(w[1].start > w[0].start, "chunking moves forward");
+    }
+    for c in &chunks {
+        assert!(c.tokens <= 40, "{} tokens", c.tokens);
+        assert_eq!(&text[c.start..c.end], c.text);
+        // Never starts or ends inside a word.
+        let before = text[..c.start].chars().last();
+        assert!(
+            before.is_none_or(|ch| !ch.is_alphanumeric()),
+            "starts mid-word: {:?}",
+            c.text
+        );
+        let after = text[c.end..].chars().next();
+        assert!(
+            after.is_none_or(|ch| !ch.is_alphanumeric()),
+            "ends mid-word: {:?}",
+            c.text
+        );
+    }
+    // Most chunks end at a sentence boundary.
+    let at_sentence = chunks.iter().filter(|c| c.text.ends_with('.')).count();
+    assert!(
+        at_sentence * 2 >= chunks.len(),
+        "{at_sentence} of {}",
+        chunks.len()
+    );
+    assert_eq!(chunker.chunk("short text").len(), 1);
+    assert!(chunker.chunk("").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_batches_concurrent_requests_without_changing_results() {
+    let svc = std::sync::Arc::new(EmbedService::new(
+        load(),
+        ServiceOptions {
+            max_wait: std::time::Duration::from_millis(5),
+            ..ServiceOptions::default()
+        },
+    ));
+    let texts: Vec<String> = (0..12)
+        .map(|i| format!("sentence number {i} about cells"))
+        .collect();
+    let direct = embedder().embed(&texts, &Cancel::new()).unwrap_or_default();
+    let handles: Vec<_> = texts
+        .iter()
+        .cloned()
+        .map(|t| {
+            let svc = svc.clone();
+            tokio::spawn(async move { svc.embed(vec![t], Cancel::new()).await })
+        })
+        .collect();
+    for (h, want) in handles.into_iter().zip(&direct) {
+        let got = h.await.expect("join").expect("embed");
+        assert!(cos(&got[0], want) > 0.9999);
+    }
+    assert!(
+        svc.runs() < 12,
+        "12 concurrent requests took {} model calls: no batching",
+        svc.runs()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn query_cache_is_keyed_by_normalised_text_and_cancel_is_honoured() {
+    let svc = EmbedService::new(load(), ServiceOptions::default());
+    let (a, hit) = svc
+        .embed_query("How do  vaccines work?", Cancel::new())
+        .await
+        .expect("embed");
+    assert!(!hit);
+    let (b, hit) = svc
+        .embed_query("  How do vaccines\twork? ", Cancel::new())
+        .await
+        .expect("embed");
+    assert!(hit, "whitespace differences hit the cache");
+    assert_eq!(a, b);
+    // NFKC folds full-width letters.
+    let (_, hit) = svc
+        .embed_query("How do vaccines ｗｏｒｋ?", Cancel::new())
+        .await
+        .expect("embed");
+    assert!(hit);
+    assert_eq!(svc.cache_len(), 1);
+    let c = Cancel::new();
+    c.cancel();
+    assert_eq!(
+        svc.embed(vec!["x".into()], c).await,
+        Err(StageError::Cancelled)
+    );
+    assert!(svc.embed_query("   ", Cancel::new()).await.is_err());
 }

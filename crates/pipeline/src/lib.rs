@@ -10,6 +10,8 @@
 mod blocking;
 mod engine;
 mod profile;
+pub mod rag;
+pub mod search;
 
 pub use blocking::run_blocking;
 pub use engine::{Done, Policy, RequestBudget, StageCtx, StagePlan, StageRun};

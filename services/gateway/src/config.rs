@@ -58,6 +58,7 @@ pub struct Config {
     /// Bearer key for `/admin` (`RAGTIME__ADMIN_KEY`); unset = admin API off.
     pub admin_key: Option<Secret>,
     pub embed: EmbedConfig,
+    pub chunking: ChunkingConfig,
     pub rerank: RerankConfig,
     pub llm: LlmConfig,
     pub budgets: BudgetProfile,
@@ -84,7 +85,33 @@ pub struct EmbedConfig {
     pub ort_lib: PathBuf,
     pub intra_threads: usize,
     pub max_tokens: usize,
+    /// Most texts in one inference (micro-batches merge up to this).
     pub batch_size: usize,
+    /// Embedding worker threads.
+    pub workers: usize,
+    /// How long a worker waits for concurrent requests to fill a batch (µs).
+    pub batch_wait_us: u64,
+    /// Query-embedding cache bounds.
+    pub cache_entries: u64,
+    pub cache_ttl_s: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ChunkingConfig {
+    /// Tokens per chunk (the embedding window is 256).
+    pub max_tokens: usize,
+    /// Tokens shared by consecutive chunks.
+    pub overlap_tokens: usize,
+}
+
+impl Default for ChunkingConfig {
+    fn default() -> Self {
+        Self {
+            max_tokens: 200,
+            overlap_tokens: 40,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -137,6 +164,7 @@ impl Default for Config {
             database_url: None,
             admin_key: None,
             embed: EmbedConfig::default(),
+            chunking: ChunkingConfig::default(),
             rerank: RerankConfig::default(),
             llm: LlmConfig::default(),
             budgets: BudgetProfile::default(),
@@ -164,6 +192,10 @@ impl Default for EmbedConfig {
             intra_threads: 1,
             max_tokens: 256,
             batch_size: 32,
+            workers: 1,
+            batch_wait_us: 1000,
+            cache_entries: 100_000,
+            cache_ttl_s: 3600,
         }
     }
 }
@@ -264,6 +296,22 @@ impl Config {
         }
         if !(1..=1024).contains(&e.batch_size) {
             return Err(invalid("embed.batch_size", "must be between 1 and 1024"));
+        }
+        if !(1..=8).contains(&e.workers) {
+            return Err(invalid("embed.workers", "must be between 1 and 8"));
+        }
+        let c = &self.chunking;
+        if c.max_tokens < 16 || c.max_tokens > e.max_tokens {
+            return Err(invalid(
+                "chunking.max_tokens",
+                format!("must be between 16 and embed.max_tokens ({})", e.max_tokens),
+            ));
+        }
+        if c.overlap_tokens * 2 > c.max_tokens {
+            return Err(invalid(
+                "chunking.overlap_tokens",
+                "must be at most half of chunking.max_tokens",
+            ));
         }
         if self.llm.ctx_size < 512 {
             return Err(invalid("llm.ctx_size", "must be at least 512"));

@@ -81,6 +81,12 @@ impl ApiError {
         }
     }
 
+    /// Names the request field the error is about.
+    pub fn field(mut self, field: impl Into<String>) -> Self {
+        self.field = Some(field.into());
+        self
+    }
+
     pub fn with_budget(mut self, report: BudgetReport) -> Self {
         self.budget = Some(report);
         self

@@ -9,8 +9,9 @@ use anyhow::Context;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::Request;
-use ragtime_embed::{EmbedderOptions, OnnxEmbedder};
+use ragtime_embed::{EmbedService, EmbedderOptions, OnnxEmbedder, ServiceOptions};
 use ragtime_llm::{LlmClient, LocalServer, LocalServerOptions};
+use ragtime_pipeline::rag::{ChunkParams, Rag};
 use ragtime_store::Store;
 use std::future::Future;
 use std::io::IsTerminal;
@@ -95,17 +96,12 @@ impl Application {
         let state = Arc::new(AppState::new(config, store, llm, local));
 
         let loader = state.clone();
-        tokio::task::spawn_blocking(move || {
-            let t0 = std::time::Instant::now();
-            let res = OnnxEmbedder::load(&embed_opts).map_err(|e| e.to_string());
-            match &res {
-                Ok(_) => tracing::info!(
-                    elapsed_ms = t0.elapsed().as_millis() as u64,
-                    "embedding model loaded and warmed"
-                ),
-                Err(e) => tracing::error!(error = %e, "embedding model failed to load"),
+        tokio::spawn(async move {
+            let res = load_engine(&loader, embed_opts).await;
+            if let Err(e) = &res {
+                tracing::error!(error = %e, "the retrieval engine failed to start");
             }
-            loader.set_embedder(res);
+            loader.set_rag(res);
         });
 
         let router = routes::router(state.clone())
@@ -177,6 +173,50 @@ impl Application {
         tracing::info!("ragtime stopped");
         Ok(())
     }
+}
+
+/// Loads and warms the embedding model, then rebuilds the indexes from the
+/// store. Until this is done `/readyz` says so.
+async fn load_engine(state: &AppState, opts: EmbedderOptions) -> Result<Rag, String> {
+    let t0 = std::time::Instant::now();
+    let model = tokio::task::spawn_blocking(move || OnnxEmbedder::load(&opts))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    tracing::info!(
+        elapsed_ms = t0.elapsed().as_millis() as u64,
+        "embedding model loaded and warmed"
+    );
+    let e = &state.config.embed;
+    let service = EmbedService::new(
+        model,
+        ServiceOptions {
+            workers: e.workers,
+            max_batch: e.batch_size,
+            max_wait: Duration::from_micros(e.batch_wait_us),
+            cache_entries: e.cache_entries,
+            cache_ttl: Duration::from_secs(e.cache_ttl_s),
+        },
+    );
+    let rag = Rag::new(
+        state.store.clone(),
+        Arc::new(service),
+        ChunkParams {
+            max_tokens: state.config.chunking.max_tokens,
+            overlap: state.config.chunking.overlap_tokens,
+        },
+    );
+    let t1 = std::time::Instant::now();
+    let n = rag
+        .rebuild()
+        .await
+        .map_err(|e| format!("rebuilding the indexes: {e}"))?;
+    tracing::info!(
+        chunks = n,
+        elapsed_ms = t1.elapsed().as_millis() as u64,
+        "indexes rebuilt from the store"
+    );
+    Ok(rag)
 }
 
 async fn shutdown_signal() {

@@ -1,13 +1,13 @@
 //! What every request handler can reach.
 
 use crate::config::Config;
-use ragtime_embed::OnnxEmbedder;
 use ragtime_llm::{LlmClient, LocalServer};
 use ragtime_pipeline::BudgetProfile;
+use ragtime_pipeline::rag::Rag;
 use ragtime_store::Store;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 
-/// Loading state of a model.
+/// Loading state of the models and indexes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ModelState {
     Loading,
@@ -21,8 +21,8 @@ pub struct AppState {
     pub llm: LlmClient,
     /// The supervised local llama-server, when no backend URL is configured.
     pub local_llm: Mutex<Option<LocalServer>>,
-    embedder: OnceLock<Arc<OnnxEmbedder>>,
-    embed_state: Mutex<ModelState>,
+    rag: OnceLock<Arc<Rag>>,
+    rag_state: Mutex<ModelState>,
 }
 
 impl AppState {
@@ -38,8 +38,8 @@ impl AppState {
             store,
             llm,
             local_llm: Mutex::new(local_llm),
-            embedder: OnceLock::new(),
-            embed_state: Mutex::new(ModelState::Loading),
+            rag: OnceLock::new(),
+            rag_state: Mutex::new(ModelState::Loading),
         }
     }
 
@@ -48,27 +48,29 @@ impl AppState {
         *self.budgets.read().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub fn embedder(&self) -> Option<Arc<OnnxEmbedder>> {
-        self.embedder.get().cloned()
+    /// The engine, once the embedding model is warm and the indexes are
+    /// rebuilt from the store.
+    pub fn rag(&self) -> Option<Arc<Rag>> {
+        self.rag.get().cloned()
     }
 
-    pub fn set_embedder(&self, result: Result<OnnxEmbedder, String>) {
+    pub fn set_rag(&self, result: Result<Rag, String>) {
         match result {
-            Ok(e) => {
-                let _ = self.embedder.set(Arc::new(e));
+            Ok(r) => {
+                let _ = self.rag.set(Arc::new(r));
             }
             Err(e) => {
                 *self
-                    .embed_state
+                    .rag_state
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner) = ModelState::Failed(e)
             }
         }
     }
 
-    /// Why the embedder is not available yet.
-    pub fn embed_state(&self) -> ModelState {
-        self.embed_state
+    /// Why the engine is not available yet.
+    pub fn rag_state(&self) -> ModelState {
+        self.rag_state
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()

@@ -8,8 +8,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
-use ragtime_core::Embedder;
-use ragtime_pipeline::{Done, Outcome, Policy, RequestBudget, Stage, StagePlan, run_blocking};
+use ragtime_pipeline::{Done, Outcome, Policy, RequestBudget, Stage, StagePlan};
 use serde::Deserialize;
 use serde_json::json;
 use std::sync::Arc;
@@ -94,7 +93,7 @@ pub async fn create(
     if req.budget_ms == Some(0) {
         return Err(ApiError::invalid("budget_ms", "must be at least 1"));
     }
-    let embedder = state.embedder().ok_or_else(|| {
+    let rag = state.rag().ok_or_else(|| {
         ApiError::new(ErrorCode::NotReady, "the embedding model is still loading")
     })?;
 
@@ -110,12 +109,7 @@ pub async fn create(
     let run = budget
         .run(Stage::Embed, move |ctx| {
             let cancel = ctx.cancel();
-            async move {
-                run_blocking(cancel, move |cancel| {
-                    embedder.embed(&texts, cancel).map(Done::Full)
-                })
-                .await
-            }
+            async move { rag.embedder.embed(texts, cancel).await.map(Done::Full) }
         })
         .await;
     let report = budget.report();

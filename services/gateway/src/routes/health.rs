@@ -25,11 +25,13 @@ fn check(result: Result<Value, String>) -> (bool, Value) {
 }
 
 pub async fn readyz(State(state): State<Arc<AppState>>) -> impl IntoResponse {
-    let embed = match state.embedder() {
-        Some(e) => {
-            Ok(json!({"model": "all-minilm-l6-v2", "dim": ragtime_core::Embedder::dim(&*e)}))
-        }
-        None => match state.embed_state() {
+    let embed = match state.rag() {
+        Some(r) => Ok(json!({
+            "model": "all-minilm-l6-v2",
+            "dim": r.embedder.dim(),
+            "chunks_indexed": r.indexes.len(),
+        })),
+        None => match state.rag_state() {
             ModelState::Loading => Err("loading".to_owned()),
             ModelState::Failed(e) => Err(e),
         },

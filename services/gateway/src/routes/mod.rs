@@ -1,11 +1,19 @@
 //! One file per route resource.
 
+pub mod documents;
 mod embeddings;
 mod health;
+mod search;
 
+use crate::error::{ApiError, ErrorCode};
 use crate::state::AppState;
+use axum::Json;
 use axum::Router;
+use axum::http::HeaderValue;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use ragtime_core::BudgetReport;
+use ragtime_pipeline::rag::{Rag, RagError};
 use std::sync::Arc;
 
 pub fn router(state: Arc<AppState>) -> Router {
@@ -13,5 +21,37 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/v1/embeddings", post(embeddings::create))
+        .route("/v1/documents", post(documents::create))
+        .route(
+            "/v1/documents/{id}",
+            get(documents::get).delete(documents::delete),
+        )
+        .route("/v1/search", post(search::search_route))
         .with_state(state)
+}
+
+/// The engine, or 503 while the models load and the indexes rebuild.
+pub fn engine(state: &AppState) -> Result<Arc<Rag>, ApiError> {
+    state
+        .rag()
+        .ok_or_else(|| ApiError::new(ErrorCode::NotReady, "the models are still loading"))
+}
+
+pub fn rag_error(e: RagError) -> ApiError {
+    match e {
+        RagError::UnknownCollection(name) => {
+            ApiError::new(ErrorCode::NotFound, format!("unknown collection {name:?}"))
+                .field("collection")
+        }
+        other => ApiError::internal(other),
+    }
+}
+
+/// A JSON response with a `Server-Timing` header from the budget report.
+pub fn with_timing(report: &BudgetReport, body: serde_json::Value) -> Response {
+    let mut resp = Json(body).into_response();
+    if let Ok(v) = HeaderValue::from_str(&report.server_timing()) {
+        resp.headers_mut().insert("server-timing", v);
+    }
+    resp
 }

@@ -79,6 +79,18 @@ impl TestApp {
             .expect("post")
     }
 
+    /// Stops the server but hands back its data folder, for a restart test.
+    pub async fn shutdown_keep_data(mut self) -> tempfile::TempDir {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(h) = self.done.take() {
+            h.await.expect("join").expect("clean shutdown");
+        }
+        let placeholder = tempfile::tempdir().expect("tempdir");
+        std::mem::replace(&mut self._data, placeholder)
+    }
+
     /// Sends the shutdown signal and waits for the server to stop.
     pub async fn shutdown(mut self) -> anyhow::Result<()> {
         if let Some(tx) = self.stop.take() {

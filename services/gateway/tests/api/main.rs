@@ -8,3 +8,4 @@ mod errors;
 mod health;
 mod helpers;
 mod lifecycle;
+mod search;

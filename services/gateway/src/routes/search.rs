@@ -1,0 +1,124 @@
+//! `POST /v1/search`: hybrid, dense or lexical retrieval under the budget.
+
+use crate::error::ApiError;
+use crate::extract::ApiJson;
+use crate::routes::documents::check_collection;
+use crate::routes::{engine, rag_error, with_timing};
+use crate::state::AppState;
+use axum::extract::State;
+use axum::response::Response;
+use ragtime_core::Filter;
+use ragtime_pipeline::RequestBudget;
+use ragtime_pipeline::search::{Mode, SEARCH_PLAN, SearchRequest, search};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+const MAX_TOP_K: usize = 100;
+const MAX_QUERY: usize = 4096;
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModeIn {
+    Hybrid,
+    Dense,
+    Lexical,
+}
+
+fn default_top_k() -> usize {
+    10
+}
+
+fn default_collection() -> String {
+    "default".to_owned()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchIn {
+    query: String,
+    #[serde(default = "default_top_k")]
+    top_k: usize,
+    #[serde(default)]
+    mode: Option<ModeIn>,
+    #[serde(default)]
+    filter: Option<Value>,
+    #[serde(default = "default_collection")]
+    collection: String,
+    #[serde(default)]
+    budget_ms: Option<u64>,
+}
+
+pub async fn search_route(
+    State(state): State<Arc<AppState>>,
+    ApiJson(req): ApiJson<SearchIn>,
+) -> Result<Response, ApiError> {
+    if req.query.trim().is_empty() {
+        return Err(ApiError::invalid("query", "must not be empty"));
+    }
+    if req.query.len() > MAX_QUERY {
+        return Err(ApiError::invalid(
+            "query",
+            format!("longer than {MAX_QUERY} bytes"),
+        ));
+    }
+    if req.top_k == 0 || req.top_k > MAX_TOP_K {
+        return Err(ApiError::invalid(
+            "top_k",
+            format!("must be between 1 and {MAX_TOP_K}"),
+        ));
+    }
+    if req.budget_ms == Some(0) {
+        return Err(ApiError::invalid("budget_ms", "must be at least 1"));
+    }
+    check_collection(&req.collection, "collection")?;
+    let filter = match &req.filter {
+        None => Filter::All,
+        Some(v) => Filter::parse(v, "filter").map_err(|e| ApiError::invalid(e.path, e.message))?,
+    };
+    let rag = engine(&state)?;
+    let index = rag.collection(&req.collection).await.map_err(rag_error)?;
+    let mode = match req.mode {
+        None | Some(ModeIn::Hybrid) => Mode::Hybrid,
+        Some(ModeIn::Dense) => Mode::Dense,
+        Some(ModeIn::Lexical) => Mode::Lexical,
+    };
+    let budget = RequestBudget::start(&state.budgets(), &SEARCH_PLAN, req.budget_ms);
+    let out = search(
+        &budget,
+        &rag.embedder,
+        &index,
+        &SearchRequest {
+            query: req.query,
+            top_k: req.top_k,
+            mode,
+            filter,
+        },
+    )
+    .await;
+    let results: Vec<Value> = out
+        .hits
+        .iter()
+        .map(|h| {
+            json!({
+                "document_id": h.chunk.external_id,
+                "chunk_id": h.chunk.chunk_id,
+                "score": h.score,
+                "title": h.chunk.title,
+                "text": h.chunk.text,
+                "metadata": *h.chunk.metadata,
+            })
+        })
+        .collect();
+    let report = out.report;
+    let partial = report.first_degraded().is_some();
+    Ok(with_timing(
+        &report,
+        json!({
+            "results": results,
+            "sources": out.sources,
+            "partial": partial,
+            "budget": report,
+        }),
+    ))
+}

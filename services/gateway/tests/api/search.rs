@@ -1,0 +1,286 @@
+//! Ingestion and search through the HTTP API, with the real model and
+//! indexes, on SQLite (and PostgreSQL in `health.rs`).
+
+use crate::helpers::{TestApp, error_of, spawn_app, spawn_app_with};
+use serde_json::{Value, json};
+
+fn corpus() -> Value {
+    json!({"documents": [
+        {"id": "mito", "title": "Mitochondria", "text": "Mitochondria produce ATP for the cell through oxidative phosphorylation.", "metadata": {"year": 2019, "field": "biology", "published": "2019-03-01T00:00:00Z"}},
+        {"id": "market", "title": "Markets", "text": "Stock markets rallied on Monday after the central bank cut interest rates.", "metadata": {"year": 2021, "field": "finance", "published": "2021-06-15T00:00:00Z"}},
+        {"id": "vaccine", "title": "Vaccines", "text": "Vaccines train the immune system to recognise a pathogen without causing disease.", "metadata": {"year": 2021, "field": "biology", "published": "2021-01-10T00:00:00Z"}},
+    ]})
+}
+
+async fn search(app: &TestApp, body: Value) -> (Value, String) {
+    let r = app.post_json("/v1/search", body).await;
+    assert_eq!(r.status(), 200);
+    let timing = r
+        .headers()
+        .get("server-timing")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    (r.json().await.expect("json"), timing)
+}
+
+fn ids(body: &Value) -> Vec<String> {
+    body["results"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|r| r["document_id"].as_str().unwrap_or_default().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingest_then_search_in_every_mode_with_filters() {
+    let app = spawn_app().await;
+    app.wait_ready().await;
+    let r = app.post_json("/v1/documents", corpus()).await;
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.expect("json");
+    assert_eq!(body["documents"][0]["status"], "created");
+    assert_eq!(body["documents"][0]["chunks"], 1);
+
+    for mode in ["hybrid", "dense", "lexical"] {
+        let (b, timing) = search(
+            &app,
+            json!({"query": "how do cells make energy (ATP)?", "mode": mode, "top_k": 2}),
+        )
+        .await;
+        assert_eq!(ids(&b)[0], "mito", "{mode}: {b}");
+        assert!(ids(&b).len() <= 2);
+        assert!(timing.contains("retrieve;desc=\"ok\""), "{timing}");
+        assert_eq!(b["partial"], false);
+        let stages: Vec<&str> = b["budget"]["stages"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|s| s["stage"].as_str()).collect())
+            .unwrap_or_default();
+        assert_eq!(stages, ["embed", "retrieve"]);
+        let r0 = &b["results"][0];
+        assert!(
+            r0["chunk_id"].is_i64() && r0["score"].is_f64() && r0["text"].is_string(),
+            "{r0}"
+        );
+        assert_eq!(r0["metadata"]["field"], "biology");
+    }
+    let (b, _) = search(&app, json!({"query": "cells", "mode": "lexical"})).await;
+    assert_eq!(
+        b["budget"]["stages"][0]["outcome"], "skipped",
+        "lexical mode needs no embedding"
+    );
+
+    // Filters apply to both retrievers.
+    let (b, _) = search(
+        &app,
+        json!({"query": "how do cells make energy", "filter": {"field": "finance"}}),
+    )
+    .await;
+    assert_eq!(ids(&b), ["market"]);
+    let (b, _) = search(&app, json!({"query": "immune", "filter": {"$and": [{"year": {"$gte": 2021}}, {"field": {"$in": ["biology"]}}]}})).await;
+    assert_eq!(ids(&b), ["vaccine"]);
+    let (b, _) = search(
+        &app,
+        json!({"query": "biology", "filter": {"published": {"$lt": "2020-01-01T00:00:00Z"}}}),
+    )
+    .await;
+    assert_eq!(ids(&b), ["mito"]);
+    let (b, _) = search(
+        &app,
+        json!({"query": "biology", "filter": {"$not": {"field": "biology"}}, "mode": "dense"}),
+    )
+    .await;
+    assert_eq!(ids(&b), ["market"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reingest_replaces_unchanged_is_skipped_delete_removes_and_restart_rebuilds() {
+    let app = spawn_app().await;
+    app.wait_ready().await;
+    app.post_json("/v1/documents", corpus()).await;
+    let again: Value = app
+        .post_json("/v1/documents", corpus())
+        .await
+        .json()
+        .await
+        .expect("json");
+    assert!(
+        again["documents"]
+            .as_array()
+            .is_some_and(|a| a.iter().all(|d| d["status"] == "unchanged")),
+        "{again}"
+    );
+
+    let changed = json!({"documents": [{"id": "mito", "title": "Mitochondria", "text": "Chloroplasts capture light in plant cells.", "metadata": {"year": 2019}}]});
+    let r: Value = app
+        .post_json("/v1/documents", changed)
+        .await
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(r["documents"][0]["status"], "replaced");
+    let (b, _) = search(
+        &app,
+        json!({"query": "oxidative phosphorylation ATP", "mode": "lexical"}),
+    )
+    .await;
+    assert!(
+        !ids(&b).contains(&"mito".to_owned()),
+        "old chunks are gone: {b}"
+    );
+    let (b, _) = search(
+        &app,
+        json!({"query": "chloroplasts light", "mode": "lexical"}),
+    )
+    .await;
+    assert_eq!(ids(&b), ["mito"]);
+
+    let r = app
+        .http
+        .delete(app.url("/v1/documents/vaccine"))
+        .send()
+        .await
+        .expect("delete");
+    assert_eq!(r.status(), 200);
+    let r = app
+        .http
+        .get(app.url("/v1/documents/vaccine"))
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(r.status(), 404);
+    let (b, _) = search(&app, json!({"query": "immune system vaccines"})).await;
+    assert!(!ids(&b).contains(&"vaccine".to_owned()));
+    let r = app
+        .http
+        .delete(app.url("/v1/documents/vaccine"))
+        .send()
+        .await
+        .expect("delete");
+    assert_eq!(r.status(), 404);
+
+    // A new process on the same data folder rebuilds the indexes from the store.
+    let data = app._data.path().to_owned();
+    let _keep = app.shutdown_keep_data().await;
+    let app2 = spawn_app_with(|c| c.data_dir = data.clone()).await;
+    let ready = app2.wait_ready().await;
+    assert_eq!(ready["checks"]["embed"]["chunks_indexed"], 2);
+    let (b, _) = search(&app2, json!({"query": "chloroplasts light"})).await;
+    assert_eq!(ids(&b)[0], "mito");
+    let doc: Value = app2
+        .http
+        .get(app2.url("/v1/documents/market"))
+        .send()
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(doc["metadata"]["field"], "finance");
+    assert_eq!(doc["chunks"][0]["position"], 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_embedding_overrun_falls_back_to_lexical_results() {
+    let app = spawn_app_with(|c| c.budgets.embed_ms = 1).await;
+    app.wait_ready().await;
+    app.post_json("/v1/documents", corpus()).await;
+    let (b, timing) = search(
+        &app,
+        json!({"query": "immune system training against a pathogen"}),
+    )
+    .await;
+    assert_eq!(b["budget"]["stages"][0]["outcome"], "fallback", "{b}");
+    assert_eq!(b["sources"], json!(["lexical"]));
+    assert_eq!(b["partial"], true);
+    assert_eq!(ids(&b)[0], "vaccine");
+    assert!(timing.contains("embed;desc=\"fallback\""), "{timing}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_ingest_and_search_input_is_refused_and_changes_nothing() {
+    let app = spawn_app().await;
+    app.wait_ready().await;
+    let cases = [
+        (json!({"documents": []}), "documents"),
+        (
+            json!({"documents": [{"id": "ok", "text": "fine"}, {"id": "x", "text": "   "}]}),
+            "documents[1].text",
+        ),
+        (
+            json!({"documents": [{"id": "", "text": "t"}]}),
+            "documents[0].id",
+        ),
+        (
+            json!({"documents": [{"id": "a", "text": "t"}, {"id": "a", "text": "u"}]}),
+            "documents[1].id",
+        ),
+        (
+            json!({"documents": [{"id": "a", "text": 5}]}),
+            "documents[0].text",
+        ),
+        (
+            json!({"documents": [{"id": "a", "text": "t", "metadata": {"k": null}}]}),
+            "documents[0].metadata.k",
+        ),
+        (
+            json!({"documents": [{"id": "a", "text": "t", "metadata": [1]}]}),
+            "documents[0].metadata",
+        ),
+        (
+            json!({"collection": "no spaces!", "documents": [{"id": "a", "text": "t"}]}),
+            "collection",
+        ),
+        (
+            json!({"documents": [{"id": "a", "text": "t", "colour": "red"}]}),
+            "documents[0].colour",
+        ),
+    ];
+    for (body, field) in cases {
+        let (s, code, f, full) = error_of(app.post_json("/v1/documents", body.clone()).await).await;
+        assert_eq!(
+            (s, code.as_str(), f.as_deref()),
+            (422, "invalid_request", Some(field)),
+            "{body} -> {full}"
+        );
+    }
+    // Nothing from the refused requests was written.
+    for id in ["ok", "a", "x"] {
+        let r = app
+            .http
+            .get(app.url(&format!("/v1/documents/{id}")))
+            .send()
+            .await
+            .expect("get");
+        assert_eq!(r.status(), 404, "{id} was written by a refused request");
+    }
+    let searches = [
+        (json!({"query": ""}), 422, "query"),
+        (json!({"query": "x", "top_k": 0}), 422, "top_k"),
+        (json!({"query": "x", "top_k": 1000}), 422, "top_k"),
+        (json!({"query": "x", "mode": "semantic"}), 422, "mode"),
+        (
+            json!({"query": "x", "filter": {"year": {"$between": [1, 2]}}}),
+            422,
+            "filter.year.$between",
+        ),
+        (
+            json!({"query": "x", "filter": {"$or": {"a": 1}}}),
+            422,
+            "filter.$or",
+        ),
+        (json!({"query": "x", "filter": 7}), 422, "filter"),
+        (
+            json!({"query": "x", "collection": "nope"}),
+            404,
+            "collection",
+        ),
+    ];
+    for (body, status, field) in searches {
+        let (s, _, f, full) = error_of(app.post_json("/v1/search", body.clone()).await).await;
+        assert_eq!((s, f.as_deref()), (status, Some(field)), "{body} -> {full}");
+    }
+}
