@@ -240,12 +240,24 @@ impl Embedder for OnnxEmbedder {
         if let Some(i) = texts.iter().position(|t| t.trim().is_empty()) {
             return Err(StageError::InvalidInput(format!("text {i} is empty")));
         }
-        let mut out = Vec::with_capacity(texts.len());
-        for chunk in texts.chunks(self.batch_size) {
+        if texts.len() <= self.batch_size {
             if cancel.is_cancelled() {
                 return Err(StageError::Cancelled);
             }
-            out.extend(self.embed_batch(chunk)?);
+            return self.embed_batch(texts);
+        }
+        // Batch texts of similar length together so little is padding.
+        let mut order: Vec<usize> = (0..texts.len()).collect();
+        order.sort_by_key(|&i| texts[i].len());
+        let mut out: Vec<Vec<f32>> = vec![Vec::new(); texts.len()];
+        for idx in order.chunks(self.batch_size) {
+            if cancel.is_cancelled() {
+                return Err(StageError::Cancelled);
+            }
+            let batch: Vec<String> = idx.iter().map(|&i| texts[i].clone()).collect();
+            for (&i, v) in idx.iter().zip(self.embed_batch(&batch)?) {
+                out[i] = v;
+            }
         }
         Ok(out)
     }

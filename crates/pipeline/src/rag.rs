@@ -135,9 +135,11 @@ impl Rag {
         }
     }
 
-    /// Ingests documents into `collection` (created if missing). Each
-    /// document is committed to the store before it is indexed; identical
-    /// content is neither re-embedded nor rewritten.
+    /// Ingests documents into `collection` (created if missing). All
+    /// chunks of the request are embedded together (full batches), then
+    /// every changed document is committed to the store in one transaction
+    /// before any of them is indexed. Identical content is neither
+    /// re-embedded nor rewritten.
     pub async fn ingest(
         &self,
         collection: &str,
@@ -146,7 +148,8 @@ impl Rag {
         let _w = self.write_lock.lock().await;
         let coll_id = self.store.ensure_collection(collection).await?;
         let index = self.indexes.get_or_create(collection)?;
-        let mut out = Vec::with_capacity(docs.len());
+        // 1. Skip unchanged documents; chunk the rest.
+        let mut pending = Vec::with_capacity(docs.len());
         for doc in docs {
             let metadata = Value::Object(doc.metadata.clone()).to_string();
             let hash = format!(
@@ -159,7 +162,57 @@ impl Rag {
                 self.params.max_tokens,
                 self.params.overlap
             );
-            if self.store.content_hash(coll_id, &doc.id).await?.as_deref() == Some(hash.as_str()) {
+            let unchanged =
+                self.store.content_hash(coll_id, &doc.id).await?.as_deref() == Some(hash.as_str());
+            let pieces = if unchanged {
+                Vec::new()
+            } else {
+                tokio::task::block_in_place(|| self.chunker.chunk(&doc.text))
+            };
+            pending.push((doc, metadata, hash, unchanged, pieces));
+        }
+        // 2. One embedding call for every new chunk (batched by the service).
+        let texts: Vec<String> = pending
+            .iter()
+            .flat_map(|(d, _, _, _, pieces)| pieces.iter().map(|p| embed_text(&d.title, &p.text)))
+            .collect();
+        let mut vectors = self
+            .embedder
+            .embed(texts, Cancel::new())
+            .await
+            .map_err(RagError::Embed)?
+            .into_iter();
+        // 3. Commit every changed document at once.
+        let mut new_docs = Vec::new();
+        for (doc, metadata, hash, unchanged, pieces) in &pending {
+            if *unchanged {
+                continue;
+            }
+            new_docs.push(NewDocument {
+                external_id: doc.id.clone(),
+                title: doc.title.clone(),
+                metadata: metadata.clone(),
+                content_hash: hash.clone(),
+                chunks: pieces
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| NewChunk {
+                        position: i as i32,
+                        text: p.text.clone(),
+                        tokens: p.tokens as i32,
+                        embedding: vectors.next().unwrap_or_default(),
+                    })
+                    .collect(),
+            });
+        }
+        let receipts = self.store.upsert_documents(coll_id, &new_docs).await?;
+        // 4. Durable from here on; the indexes follow the store.
+        let mut removed = Vec::new();
+        let mut items = Vec::new();
+        let mut receipts = receipts.into_iter().zip(new_docs);
+        let mut out = Vec::with_capacity(pending.len());
+        for (doc, _, _, unchanged, _) in pending {
+            if unchanged {
                 let n = self
                     .store
                     .get_document(coll_id, &doc.id)
@@ -172,63 +225,38 @@ impl Rag {
                 });
                 continue;
             }
-            let pieces = tokio::task::block_in_place(|| self.chunker.chunk(&doc.text));
-            let texts: Vec<String> = pieces
-                .iter()
-                .map(|p| embed_text(&doc.title, &p.text))
-                .collect();
-            let vectors = self
-                .embedder
-                .embed(texts, Cancel::new())
-                .await
-                .map_err(RagError::Embed)?;
-            let new = NewDocument {
-                external_id: doc.id.clone(),
-                title: doc.title.clone(),
-                metadata: metadata.clone(),
-                content_hash: hash,
-                chunks: pieces
-                    .iter()
-                    .zip(&vectors)
-                    .enumerate()
-                    .map(|(i, (p, v))| NewChunk {
-                        position: i as i32,
-                        text: p.text.clone(),
-                        tokens: p.tokens as i32,
-                        embedding: v.clone(),
-                    })
-                    .collect(),
+            let Some((receipt, new)) = receipts.next() else {
+                break;
             };
-            let receipt = self.store.upsert_document(coll_id, &new).await?;
-            // Durable from here on; the indexes follow the store.
-            index.remove(&receipt.removed_chunk_ids)?;
+            removed.extend_from_slice(&receipt.removed_chunk_ids);
             let meta = Arc::new(Value::Object(doc.metadata));
-            let items: Vec<(ChunkEntry, Vec<f32>)> = receipt
-                .chunk_ids
-                .iter()
-                .zip(new.chunks)
-                .map(|(id, c)| {
-                    (
-                        ChunkEntry {
-                            chunk_id: *id,
-                            document_id: receipt.document_id,
-                            external_id: doc.id.clone(),
-                            position: c.position,
-                            title: doc.title.clone(),
-                            metadata: meta.clone(),
-                            text: c.text,
-                        },
-                        c.embedding,
-                    )
-                })
-                .collect();
-            tokio::task::block_in_place(|| index.add(items))?;
+            for (id, c) in receipt.chunk_ids.iter().zip(new.chunks) {
+                items.push((
+                    ChunkEntry {
+                        chunk_id: *id,
+                        document_id: receipt.document_id,
+                        external_id: doc.id.clone(),
+                        position: c.position,
+                        title: doc.title.clone(),
+                        metadata: meta.clone(),
+                        text: c.text,
+                    },
+                    c.embedding,
+                ));
+            }
             out.push(Ingested {
                 id: doc.id,
                 status: receipt.upsert,
                 chunks: receipt.chunk_ids.len(),
             });
         }
+        // A document listed twice replaces its own first version.
+        let gone: std::collections::HashSet<i64> = removed.iter().copied().collect();
+        items.retain(|(c, _)| !gone.contains(&c.chunk_id));
+        tokio::task::block_in_place(|| {
+            index.remove(&removed)?;
+            index.add(items)
+        })?;
         Ok(out)
     }
 

@@ -28,8 +28,8 @@ impl Default for DenseParams {
             m: 24,
             ef_construction: 128,
             ef_search: 160,
-            exact_below: 2048,
-            exact_fraction: 0.05,
+            exact_below: 4096,
+            exact_fraction: 0.2,
         }
     }
 }

@@ -75,6 +75,7 @@ fn filtered_hnsw_recall_at_10_stays_above_095_at_every_selectivity() {
     // A low exact-scan threshold so 10 % goes through the filtered graph.
     let params = DenseParams {
         exact_below: 256,
+        exact_fraction: 0.05,
         ..DenseParams::default()
     };
     let idx = CollectionIndex::new(dim, params).expect("index");

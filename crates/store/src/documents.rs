@@ -183,82 +183,109 @@ impl Store {
         collection_id: i64,
         doc: &NewDocument,
     ) -> Result<WriteReceipt, StoreError> {
+        let mut r = self
+            .upsert_documents(collection_id, std::slice::from_ref(doc))
+            .await?;
+        r.pop()
+            .ok_or_else(|| StoreError::Url("upsert returned nothing".into()))
+    }
+
+    /// Inserts or replaces documents in one transaction (one commit, one
+    /// fsync). When it returns, every write is committed (durable).
+    pub async fn upsert_documents(
+        &self,
+        collection_id: i64,
+        docs: &[NewDocument],
+    ) -> Result<Vec<WriteReceipt>, StoreError> {
         on_pool!(self, p => {
             let mut tx = p.begin().await?;
-            let existing: Option<(i64, String, String, String)> = sqlx::query_as(
-                "SELECT id, content_hash, title, metadata FROM documents WHERE collection_id = $1 AND external_id = $2",
-            )
-            .bind(collection_id)
-            .bind(&doc.external_id)
-            .fetch_optional(&mut *tx)
-            .await?;
-            let (upsert, document_id, removed) = match existing {
-                Some((id, hash, title, meta)) if hash == doc.content_hash && title == doc.title && meta == doc.metadata => {
-                    let ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM chunks WHERE document_id = $1 ORDER BY position")
-                        .bind(id)
-                        .fetch_all(&mut *tx)
-                        .await?;
-                    tx.rollback().await?;
-                    let version = self.corpus_version().await?;
-                    return Ok(WriteReceipt { upsert: Upsert::Unchanged, document_id: id, chunk_ids: ids, removed_chunk_ids: vec![], version });
-                }
-                Some((id, _, _, _)) => {
-                    let removed: Vec<i64> = sqlx::query_scalar("SELECT id FROM chunks WHERE document_id = $1 ORDER BY position")
-                        .bind(id)
-                        .fetch_all(&mut *tx)
-                        .await?;
-                    sqlx::query("DELETE FROM chunks WHERE document_id = $1").bind(id).execute(&mut *tx).await?;
-                    sqlx::query("UPDATE documents SET title = $1, metadata = $2, content_hash = $3, updated_ms = $4 WHERE id = $5")
+            let mut receipts = Vec::with_capacity(docs.len());
+            let mut wrote = false;
+            for doc in docs {
+                let existing: Option<(i64, String, String, String)> = sqlx::query_as(
+                    "SELECT id, content_hash, title, metadata FROM documents WHERE collection_id = $1 AND external_id = $2",
+                )
+                .bind(collection_id)
+                .bind(&doc.external_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+                let (upsert, document_id, removed) = match existing {
+                    Some((id, hash, title, meta)) if hash == doc.content_hash && title == doc.title && meta == doc.metadata => {
+                        let ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM chunks WHERE document_id = $1 ORDER BY position")
+                            .bind(id)
+                            .fetch_all(&mut *tx)
+                            .await?;
+                        receipts.push(WriteReceipt { upsert: Upsert::Unchanged, document_id: id, chunk_ids: ids, removed_chunk_ids: vec![], version: 0 });
+                        continue;
+                    }
+                    Some((id, _, _, _)) => {
+                        let removed: Vec<i64> = sqlx::query_scalar("SELECT id FROM chunks WHERE document_id = $1 ORDER BY position")
+                            .bind(id)
+                            .fetch_all(&mut *tx)
+                            .await?;
+                        sqlx::query("DELETE FROM chunks WHERE document_id = $1").bind(id).execute(&mut *tx).await?;
+                        sqlx::query("UPDATE documents SET title = $1, metadata = $2, content_hash = $3, updated_ms = $4 WHERE id = $5")
+                            .bind(&doc.title)
+                            .bind(&doc.metadata)
+                            .bind(&doc.content_hash)
+                            .bind(now_ms())
+                            .bind(id)
+                            .execute(&mut *tx)
+                            .await?;
+                        (Upsert::Replaced, id, removed)
+                    }
+                    None => {
+                        let id: i64 = sqlx::query_scalar(
+                            "INSERT INTO documents (collection_id, external_id, title, metadata, content_hash, updated_ms) \
+                             VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+                        )
+                        .bind(collection_id)
+                        .bind(&doc.external_id)
                         .bind(&doc.title)
                         .bind(&doc.metadata)
                         .bind(&doc.content_hash)
                         .bind(now_ms())
-                        .bind(id)
-                        .execute(&mut *tx)
+                        .fetch_one(&mut *tx)
                         .await?;
-                    (Upsert::Replaced, id, removed)
-                }
-                None => {
+                        (Upsert::Created, id, vec![])
+                    }
+                };
+                let mut chunk_ids = Vec::with_capacity(doc.chunks.len());
+                for c in &doc.chunks {
                     let id: i64 = sqlx::query_scalar(
-                        "INSERT INTO documents (collection_id, external_id, title, metadata, content_hash, updated_ms) \
-                         VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+                        "INSERT INTO chunks (document_id, position, text, tokens, embedding) VALUES ($1, $2, $3, $4, $5) RETURNING id",
                     )
-                    .bind(collection_id)
-                    .bind(&doc.external_id)
-                    .bind(&doc.title)
-                    .bind(&doc.metadata)
-                    .bind(&doc.content_hash)
-                    .bind(now_ms())
+                    .bind(document_id)
+                    .bind(c.position)
+                    .bind(&c.text)
+                    .bind(c.tokens)
+                    .bind(encode_vector(&c.embedding))
                     .fetch_one(&mut *tx)
                     .await?;
-                    (Upsert::Created, id, vec![])
+                    chunk_ids.push(id);
                 }
-            };
-            let mut chunk_ids = Vec::with_capacity(doc.chunks.len());
-            for c in &doc.chunks {
-                let id: i64 = sqlx::query_scalar(
-                    "INSERT INTO chunks (document_id, position, text, tokens, embedding) VALUES ($1, $2, $3, $4, $5) RETURNING id",
+                let version: i64 = sqlx::query_scalar(
+                    "INSERT INTO ingest_log (collection_id, external_id, op, chunks, at_ms) VALUES ($1, $2, 'upsert', $3, $4) RETURNING id",
                 )
-                .bind(document_id)
-                .bind(c.position)
-                .bind(&c.text)
-                .bind(c.tokens)
-                .bind(encode_vector(&c.embedding))
+                .bind(collection_id)
+                .bind(&doc.external_id)
+                .bind(i32::try_from(chunk_ids.len()).unwrap_or(i32::MAX))
+                .bind(now_ms())
                 .fetch_one(&mut *tx)
                 .await?;
-                chunk_ids.push(id);
+                wrote = true;
+                receipts.push(WriteReceipt { upsert, document_id, chunk_ids, removed_chunk_ids: removed, version });
             }
-            let version: i64 = sqlx::query_scalar(
-                "INSERT INTO ingest_log (collection_id, external_id, op, chunks, at_ms) VALUES ($1, $2, 'upsert', $3, $4) RETURNING id",
-            )
-            .bind(collection_id)
-            .bind(&doc.external_id)
-            .bind(i32::try_from(chunk_ids.len()).unwrap_or(i32::MAX))
-            .bind(now_ms())
-            .fetch_one(&mut *tx)
-            .await?;
-            tx.commit().await?;
-            Ok(WriteReceipt { upsert, document_id, chunk_ids, removed_chunk_ids: removed, version })
+            if wrote {
+                tx.commit().await?;
+            } else {
+                tx.rollback().await?;
+            }
+            let version = self.corpus_version().await?;
+            for r in receipts.iter_mut().filter(|r| r.upsert == Upsert::Unchanged) {
+                r.version = version;
+            }
+            Ok(receipts)
         })
     }
 

@@ -4,9 +4,10 @@
 pub mod config;
 pub mod error;
 mod extract;
+pub mod files;
 mod routes;
 mod startup;
 mod state;
 
 pub use config::Config;
-pub use startup::{Application, init_telemetry};
+pub use startup::{Application, ingest_files, init_telemetry};

@@ -21,6 +21,21 @@ enum Command {
         #[arg(long, short)]
         config: Option<PathBuf>,
     },
+    /// Ingest files into the store: BEIR-style .jsonl / .jsonl.gz (`_id`,
+    /// `title`, `text`, `metadata`), .txt, .md, .html, .pdf. A running
+    /// server sees the new documents after its next start.
+    Ingest {
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// Target collection (created if missing).
+        #[arg(long, default_value = "default")]
+        collection: String,
+        /// Documents per transaction.
+        #[arg(long, default_value_t = 64)]
+        batch: usize,
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
     /// Print the effective configuration (secrets hidden) and exit.
     Config {
         #[arg(long, short)]
@@ -43,6 +58,22 @@ async fn main() -> std::process::ExitCode {
                 Err(e) => return fail(&format!("{e:#}")),
             };
             match app.run_until_stopped().await {
+                Ok(()) => std::process::ExitCode::SUCCESS,
+                Err(e) => fail(&format!("{e:#}")),
+            }
+        }
+        Command::Ingest {
+            config,
+            collection,
+            batch,
+            files,
+        } => {
+            let config = match Config::load(config.as_deref()) {
+                Ok(c) => c,
+                Err(e) => return fail(&e),
+            };
+            ragtime_gateway::init_telemetry(&config);
+            match ragtime_gateway::ingest_files(&config, &collection, &files, batch.max(1)).await {
                 Ok(()) => std::process::ExitCode::SUCCESS,
                 Err(e) => fail(&format!("{e:#}")),
             }

@@ -175,6 +175,84 @@ impl Application {
     }
 }
 
+/// `ragtime ingest`: reads every file first (so a bad file writes nothing),
+/// then ingests in batches, printing progress and throughput.
+pub async fn ingest_files(
+    config: &Config,
+    collection: &str,
+    files: &[std::path::PathBuf],
+    batch: usize,
+) -> anyhow::Result<()> {
+    config.validate()?;
+    crate::routes::documents::check_collection(collection, "collection")
+        .map_err(|e| anyhow::anyhow!("--collection: {}", e.message))?;
+    let mut docs = Vec::new();
+    for f in files {
+        let bytes = std::fs::read(f).with_context(|| format!("cannot read {}", f.display()))?;
+        docs.extend(
+            crate::files::docs_from_file(&f.display().to_string(), bytes)
+                .map_err(anyhow::Error::msg)?,
+        );
+    }
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("cannot create data_dir {}", config.data_dir.display()))?;
+    let db_url = config.database_url();
+    let store = Store::open(&db_url).await.with_context(|| {
+        format!(
+            "cannot open the store at {}",
+            ragtime_store::redact(&db_url)
+        )
+    })?;
+    let e = &config.embed;
+    let opts = EmbedderOptions {
+        model_dir: e.model_dir.clone(),
+        ort_lib: e.ort_lib.clone(),
+        intra_threads: e
+            .intra_threads
+            .max(std::thread::available_parallelism().map_or(1, |n| n.get())),
+        max_tokens: e.max_tokens,
+        batch_size: e.batch_size,
+    };
+    let model = tokio::task::spawn_blocking(move || OnnxEmbedder::load(&opts)).await??;
+    let service = EmbedService::new(
+        model,
+        ServiceOptions {
+            max_batch: e.batch_size,
+            ..ServiceOptions::default()
+        },
+    );
+    let rag = Rag::new(
+        store,
+        Arc::new(service),
+        ChunkParams {
+            max_tokens: config.chunking.max_tokens,
+            overlap: config.chunking.overlap_tokens,
+        },
+    );
+    let t0 = std::time::Instant::now();
+    let (mut n_docs, mut n_chunks, mut unchanged) = (0usize, 0usize, 0usize);
+    let total = docs.len();
+    let mut it = docs.into_iter().peekable();
+    while it.peek().is_some() {
+        let part: Vec<_> = it.by_ref().take(batch).collect();
+        for r in rag.ingest(collection, part).await? {
+            n_docs += 1;
+            if r.status == ragtime_store::Upsert::Unchanged {
+                unchanged += 1;
+            } else {
+                n_chunks += r.chunks;
+            }
+        }
+        eprintln!("ingest: {n_docs}/{total} documents");
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    println!(
+        "ingested {n_docs} documents into {collection:?} ({unchanged} unchanged, {n_chunks} chunks embedded) in {secs:.1} s: {:.0} chunks/s",
+        n_chunks as f64 / secs.max(1e-9)
+    );
+    Ok(())
+}
+
 /// Loads and warms the embedding model, then rebuilds the indexes from the
 /// store. Until this is done `/readyz` says so.
 async fn load_engine(state: &AppState, opts: EmbedderOptions) -> Result<Rag, String> {

@@ -7,7 +7,8 @@ use crate::extract::ApiJson;
 use crate::routes::{engine, rag_error};
 use crate::state::AppState;
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRequest, Multipart, Path, Query, Request, State};
+use axum::http::header;
 use ragtime_pipeline::rag::IngestDoc;
 use ragtime_store::Upsert;
 use serde::Deserialize;
@@ -160,10 +161,23 @@ pub async fn ingest_docs(
     })))
 }
 
+/// JSON documents, or files as `multipart/form-data`.
 pub async fn create(
     State(state): State<Arc<AppState>>,
-    ApiJson(req): ApiJson<IngestRequest>,
+    req: Request,
 ) -> Result<Json<Value>, ApiError> {
+    let multipart = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.to_ascii_lowercase().starts_with("multipart/form-data"));
+    if multipart {
+        let form = Multipart::from_request(req, &state).await.map_err(|e| {
+            ApiError::invalid("body", format!("bad multipart body: {}", e.body_text()))
+        })?;
+        return upload(&state, form).await;
+    }
+    let ApiJson(req) = ApiJson::<IngestRequest>::from_request(req, &state).await?;
     check_collection(&req.collection, "collection")?;
     if req.documents.is_empty() {
         return Err(ApiError::invalid("documents", "must not be empty"));
@@ -246,5 +260,88 @@ pub async fn delete(
             ErrorCode::NotFound,
             format!("no document {id:?} in collection {:?}", q.collection),
         ))
+    }
+}
+
+/// Files uploaded as `multipart/form-data`: one or more `file` parts,
+/// optional `collection` and `metadata` (a JSON object applied to every
+/// document) text parts. Every file is read and validated before anything
+/// is written.
+async fn upload(state: &AppState, mut form: Multipart) -> Result<Json<Value>, ApiError> {
+    let mut collection = default_collection();
+    let mut extra = Map::new();
+    let mut docs = Vec::new();
+    let mut files = 0usize;
+    while let Some(field) = form.next_field().await.map_err(|e| multipart_error(&e))? {
+        let name = field.name().unwrap_or_default().to_owned();
+        match name.as_str() {
+            "collection" => collection = field.text().await.map_err(|e| multipart_error(&e))?,
+            "metadata" => {
+                let text = field.text().await.map_err(|e| multipart_error(&e))?;
+                match serde_json::from_str(&text) {
+                    Ok(Value::Object(m)) => extra = m,
+                    _ => return Err(ApiError::invalid("metadata", "must be a JSON object")),
+                }
+            }
+            "file" => {
+                let path = format!("file[{files}]");
+                files += 1;
+                let filename = field
+                    .file_name()
+                    .map(str::to_owned)
+                    .filter(|f| !f.is_empty())
+                    .ok_or_else(|| {
+                        ApiError::invalid(path.clone(), "a file part needs a filename")
+                    })?;
+                let bytes = field
+                    .bytes()
+                    .await
+                    .map_err(|e| multipart_error(&e))?
+                    .to_vec();
+                let parsed = crate::files::docs_from_file(&filename, bytes)
+                    .map_err(|e| ApiError::invalid(path.clone(), e))?;
+                docs.extend(parsed.into_iter().map(|d| (path.clone(), d)));
+            }
+            other => {
+                return Err(ApiError::invalid(
+                    other,
+                    "unknown form field; use file, collection or metadata",
+                ));
+            }
+        }
+    }
+    check_collection(&collection, "collection")?;
+    check_metadata(&extra, "metadata")?;
+    if docs.is_empty() {
+        return Err(ApiError::invalid("file", "no file was uploaded"));
+    }
+    if docs.len() > MAX_DOCS {
+        return Err(ApiError::invalid(
+            "file",
+            format!("at most {MAX_DOCS} documents per request"),
+        ));
+    }
+    let docs: Vec<DocumentIn> = docs
+        .into_iter()
+        .map(|(path, d)| {
+            let mut metadata = d.metadata;
+            metadata.extend(extra.clone());
+            let doc = DocumentIn {
+                id: d.id,
+                title: d.title,
+                text: d.text,
+                metadata,
+            };
+            validate_doc(&doc, &path).map(|()| doc)
+        })
+        .collect::<Result<_, _>>()?;
+    ingest_docs(state, &collection, docs).await
+}
+
+fn multipart_error(e: &axum::extract::multipart::MultipartError) -> ApiError {
+    if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::new(ErrorCode::PayloadTooLarge, "request body is too large")
+    } else {
+        ApiError::invalid("body", format!("bad multipart body: {}", e.body_text()))
     }
 }

@@ -9,3 +9,4 @@ mod health;
 mod helpers;
 mod lifecycle;
 mod search;
+mod upload;

@@ -1,0 +1,452 @@
+//! `ragtime-bench scifact|vectors|all` — prints figures; asserts nothing.
+//!
+//! - `scifact`: ingests the BEIR SciFact corpus (`../shared/data/scifact`,
+//!   or `RAGTIME_SCIFACT`), reports ingest throughput, and nDCG@10 on the
+//!   train queries for lexical, dense and hybrid search (chunks aggregated
+//!   to documents by their best rank).
+//! - `vectors`: query-embedding p50/p99, batch-32 passage embedding time,
+//!   and search latency / QPS / recall@10 at 100k vectors with and without
+//!   metadata filters, plus hybrid (dense + BM25 + fusion) latency.
+
+mod data;
+mod stats;
+
+use data::{SciFact, load_scifact};
+use ragtime_core::{Cancel, Filter};
+use ragtime_embed::{EmbedService, EmbedderOptions, OnnxEmbedder, ServiceOptions};
+use ragtime_pipeline::rag::{ChunkParams, IngestDoc, Rag};
+use ragtime_pipeline::search::{Mode, SEARCH_PLAN, SearchRequest, search};
+use ragtime_pipeline::{BudgetProfile, RequestBudget};
+use ragtime_retrieve::{Allowed, ChunkEntry, CollectionIndex, DenseParams};
+use ragtime_store::Store;
+use stats::{Rng, ndcg_at_10, pct};
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn cache() -> PathBuf {
+    std::env::var_os("RAGTIME_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/ragtime")
+        })
+}
+
+fn load_model(threads: usize) -> OnnxEmbedder {
+    let c = cache();
+    OnnxEmbedder::load(&EmbedderOptions {
+        model_dir: c.join("models/all-minilm-l6-v2"),
+        ort_lib: c.join("onnxruntime/libonnxruntime.so.1.31.1"),
+        intra_threads: threads,
+        max_tokens: 256,
+        batch_size: 32,
+    })
+    .unwrap_or_else(|e| panic!("run `make setup` first: {e}"))
+}
+
+/// Generous budgets: the benchmark measures, it does not degrade.
+fn bench_profile() -> BudgetProfile {
+    BudgetProfile {
+        total_ms: 600_000,
+        cache_ms: 0,
+        embed_ms: 60_000,
+        retrieve_ms: 60_000,
+        rerank_ms: 0,
+        llm_ttft_ms: 0,
+        llm_generate_ms: 0,
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let what = std::env::args().nth(1).unwrap_or_else(|| "all".into());
+    let data = load_scifact();
+    println!(
+        "# ragtime-bench ({} cores)",
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+    if what == "embed" {
+        embed_only(&data).await;
+        return;
+    }
+    let (rag, _dir) = ingest_scifact(&data).await;
+    if what == "scifact" || what == "all" {
+        scifact_quality(&rag, &data).await;
+    }
+    if what == "vectors" || what == "all" {
+        vectors(&rag, &data).await;
+    }
+}
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Embedding speed alone, for tuning threads (`BENCH_THREADS`, `BENCH_WORKERS`).
+async fn embed_only(data: &SciFact) {
+    let threads = env_usize("BENCH_THREADS", 2);
+    let workers = env_usize("BENCH_WORKERS", 1);
+    let svc = Arc::new(EmbedService::new(
+        load_model(threads),
+        ServiceOptions {
+            workers,
+            ..ServiceOptions::default()
+        },
+    ));
+    let mut times = Vec::new();
+    for (_, q) in data.queries.iter().take(300) {
+        let t = Instant::now();
+        svc.embed(vec![q.clone()], Cancel::new())
+            .await
+            .expect("embed");
+        times.push(t.elapsed());
+    }
+    println!(
+        "threads {threads} workers {workers}: query p50 {:.2} ms p99 {:.2} ms",
+        pct(&mut times, 50.0),
+        pct(&mut times, 99.0)
+    );
+    let passages: Vec<String> = data
+        .corpus
+        .iter()
+        .take(640)
+        .map(|(_, t, x)| format!("{t}\n{x}"))
+        .collect();
+    let t = Instant::now();
+    let parts: Vec<_> = passages
+        .chunks(32)
+        .map(|b| {
+            let (svc, b) = (svc.clone(), b.to_vec());
+            tokio::spawn(async move { svc.embed(b, Cancel::new()).await })
+        })
+        .collect();
+    for p in parts {
+        p.await.expect("join").expect("embed");
+    }
+    println!(
+        "threads {threads} workers {workers}: {} passages (≤256 tokens) in {:.1} s = {:.0} passages/s",
+        passages.len(),
+        t.elapsed().as_secs_f64(),
+        passages.len() as f64 / t.elapsed().as_secs_f64()
+    );
+}
+
+async fn ingest_scifact(data: &SciFact) -> (Rag, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(&Store::sqlite_url(dir.path()))
+        .await
+        .expect("store");
+    let threads = env_usize("BENCH_THREADS", 2);
+    let workers = env_usize("BENCH_WORKERS", 1);
+    let (max_tokens, overlap) = (
+        env_usize("BENCH_CHUNK", 200),
+        env_usize("BENCH_OVERLAP", 40),
+    );
+    let svc = EmbedService::new(
+        load_model(threads),
+        ServiceOptions {
+            workers,
+            ..ServiceOptions::default()
+        },
+    );
+    let rag = Rag::new(
+        store,
+        Arc::new(svc),
+        ChunkParams {
+            max_tokens,
+            overlap,
+        },
+    );
+    let t0 = Instant::now();
+    let mut chunks = 0usize;
+    for batch in data.corpus.chunks(64) {
+        let docs = batch
+            .iter()
+            .map(|(id, title, text)| IngestDoc {
+                id: id.clone(),
+                title: title.clone(),
+                text: text.clone(),
+                metadata: serde_json::Map::new(),
+            })
+            .collect();
+        chunks += rag
+            .ingest("scifact", docs)
+            .await
+            .expect("ingest")
+            .iter()
+            .map(|r| r.chunks)
+            .sum::<usize>();
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    println!(
+        "\n## ingest (SciFact corpus, SQLite, chunk {max_tokens} tokens / overlap {overlap}, {workers} worker(s) x {threads} thread(s))"
+    );
+    println!(
+        "documents {}  chunks {}  time {:.1} s  throughput {:.0} chunks/s ({:.0} docs/s)",
+        data.corpus.len(),
+        chunks,
+        secs,
+        chunks as f64 / secs,
+        data.corpus.len() as f64 / secs
+    );
+    (rag, dir)
+}
+
+async fn scifact_quality(rag: &Rag, data: &SciFact) {
+    let index = rag.collection("scifact").await.expect("collection");
+    println!(
+        "\n## retrieval quality: BEIR SciFact train queries ({} queries), nDCG@10 (documents)",
+        data.queries.len()
+    );
+    println!("| mode | nDCG@10 | p50 ms | p99 ms |");
+    println!("|---|---:|---:|---:|");
+    for (name, mode) in [
+        ("lexical (BM25)", Mode::Lexical),
+        ("dense (MiniLM int8)", Mode::Dense),
+        ("hybrid (RRF)", Mode::Hybrid),
+    ] {
+        let mut total = 0.0;
+        let mut times = Vec::with_capacity(data.queries.len());
+        for (qid, text) in &data.queries {
+            let budget = RequestBudget::start(&bench_profile(), &SEARCH_PLAN, None);
+            let t = Instant::now();
+            let out = search(
+                &budget,
+                &rag.embedder,
+                &index,
+                &SearchRequest {
+                    query: text.clone(),
+                    top_k: 100,
+                    mode,
+                    filter: Filter::All,
+                },
+            )
+            .await;
+            times.push(t.elapsed());
+            let mut seen = HashSet::new();
+            let ranked: Vec<&str> = out
+                .hits
+                .iter()
+                .map(|h| h.chunk.external_id.as_str())
+                .filter(|d| seen.insert(*d))
+                .take(10)
+                .collect();
+            total += ndcg_at_10(&ranked, data.qrels.get(qid).unwrap_or(&HashSet::new()));
+        }
+        println!(
+            "| {name} | {:.4} | {:.2} | {:.2} |",
+            total / data.queries.len() as f64,
+            pct(&mut times, 50.0),
+            pct(&mut times, 99.0)
+        );
+    }
+    println!("(published BEIR test-split figures: BM25 0.665, all-MiniLM-L6-v2 0.645)");
+}
+
+async fn vectors(rag: &Rag, data: &SciFact) {
+    let svc = &rag.embedder;
+    println!("\n## embedding (all-MiniLM-L6-v2 int8, ONNX Runtime, 2 intra-op threads)");
+    let mut times = Vec::new();
+    for (_, q) in data.queries.iter().take(300) {
+        let t = Instant::now();
+        svc.embed(vec![q.clone()], Cancel::new())
+            .await
+            .expect("embed");
+        times.push(t.elapsed());
+    }
+    println!(
+        "query embedding (uncached, {} queries): p50 {:.2} ms  p99 {:.2} ms",
+        times.len(),
+        pct(&mut times, 50.0),
+        pct(&mut times, 99.0)
+    );
+    let mut cached = Vec::new();
+    for (_, q) in data.queries.iter().take(300) {
+        svc.embed_query(q, Cancel::new()).await.expect("warm");
+        let t = Instant::now();
+        svc.embed_query(q, Cancel::new()).await.expect("cached");
+        cached.push(t.elapsed());
+    }
+    println!(
+        "query embedding (cache hit): p50 {:.3} ms  p99 {:.3} ms",
+        pct(&mut cached, 50.0),
+        pct(&mut cached, 99.0)
+    );
+    let passages: Vec<String> = data
+        .corpus
+        .iter()
+        .take(32 * 10)
+        .map(|(_, t, x)| format!("{t}\n{x}"))
+        .collect();
+    let mut batch = Vec::new();
+    for b in passages.chunks(32) {
+        let t = Instant::now();
+        svc.embed(b.to_vec(), Cancel::new()).await.expect("embed");
+        batch.push(t.elapsed());
+    }
+    println!(
+        "batch of 32 passages (SciFact abstracts, ≤256 tokens): p50 {:.0} ms  ({:.1} ms/passage)",
+        pct(&mut batch, 50.0),
+        pct(&mut batch, 50.0) / 32.0
+    );
+
+    // 100k vectors: SciFact chunk embeddings plus perturbed copies.
+    let index = rag.collection("scifact").await.expect("collection");
+    let base: Vec<Arc<ChunkEntry>> = (1..=200_000i64).filter_map(|id| index.chunk(id)).collect();
+    let model_vecs: HashMap<i64, Vec<f32>> = rag
+        .store
+        .index_chunks()
+        .await
+        .expect("chunks")
+        .into_iter()
+        .map(|c| (c.chunk_id, c.embedding))
+        .collect();
+    let n = 100_000usize;
+    let mut rng = Rng(42);
+    let mut vecs = Vec::with_capacity(n);
+    let mut items = Vec::with_capacity(n);
+    for i in 0..n {
+        let src = &base[i % base.len()];
+        let mut v = model_vecs[&src.chunk_id].clone();
+        if i >= base.len() {
+            v.iter_mut().for_each(|x| *x += 0.02 * rng.gauss());
+            let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+            v.iter_mut().for_each(|x| *x /= norm);
+        }
+        let id = i as i64 + 1;
+        let e = ChunkEntry {
+            chunk_id: id,
+            document_id: id,
+            external_id: format!("{}#{i}", src.external_id),
+            position: 0,
+            title: src.title.clone(),
+            metadata: Arc::new(serde_json::json!({"bucket": id % 1000})),
+            text: src.text.clone(),
+        };
+        vecs.push(v.clone());
+        items.push((e, v));
+    }
+    let big = Arc::new(CollectionIndex::new(384, DenseParams::default()).expect("index"));
+    let t0 = Instant::now();
+    for part in items.chunks(10_000) {
+        big.add(part.to_vec()).expect("add");
+    }
+    println!(
+        "\n## vector search at {n} vectors (HNSW M=24, ef_construction=128, ef_search=160)\nbuild: {:.0} s",
+        t0.elapsed().as_secs_f64()
+    );
+    let queries: Vec<Vec<f32>> = svc
+        .embed(
+            data.queries
+                .iter()
+                .take(200)
+                .map(|(_, q)| q.clone())
+                .collect(),
+            Cancel::new(),
+        )
+        .await
+        .expect("queries");
+    println!("| filter selectivity | path | p50 ms | p99 ms | QPS (1 thread) | recall@10 |");
+    println!("|---|---|---:|---:|---:|---:|");
+    for (limit, label) in [
+        (1000i64, "100 % (no filter)"),
+        (500, "50 %"),
+        (200, "20 %"),
+        (100, "10 %"),
+        (10, "1 %"),
+        (1, "0.1 %"),
+    ] {
+        let filter = if limit == 1000 {
+            Filter::All
+        } else {
+            Filter::parse(&serde_json::json!({"bucket": {"$lt": limit}}), "filter").expect("filter")
+        };
+        let allowed = big.allowed(&filter);
+        let mut times = Vec::new();
+        let mut found = 0usize;
+        let mut path = String::new();
+        let t_all = Instant::now();
+        for q in &queries {
+            let t = Instant::now();
+            let (hits, p) = big.dense_search(q, 10, &allowed, &Cancel::new());
+            times.push(t.elapsed());
+            path = format!("{p:?}");
+            let got: HashSet<i64> = hits.iter().map(|h| h.chunk_id).collect();
+            let mut exact: Vec<(f32, i64)> = vecs
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| limit == 1000 || (*i as i64 + 1) % 1000 < limit)
+                .map(|(i, v)| (v.iter().zip(q).map(|(a, b)| a * b).sum(), i as i64 + 1))
+                .collect();
+            exact.sort_by(|a, b| b.0.total_cmp(&a.0));
+            found += exact
+                .iter()
+                .take(10)
+                .filter(|(_, id)| got.contains(id))
+                .count();
+        }
+        let qps = queries.len() as f64 / t_all.elapsed().as_secs_f64();
+        let _ = qps;
+        let search_only: f64 = times.iter().map(Duration::as_secs_f64).sum();
+        println!(
+            "| {label} | {path} | {:.2} | {:.2} | {:.0} | {:.3} |",
+            pct(&mut times, 50.0),
+            pct(&mut times, 99.0),
+            queries.len() as f64 / search_only,
+            found as f64 / (queries.len() * 10) as f64
+        );
+        let _ = Allowed::All;
+    }
+    let mut times = Vec::new();
+    let mut e2e = Vec::new();
+    for (_, q) in data.queries.iter().take(200) {
+        let budget = RequestBudget::start(&bench_profile(), &SEARCH_PLAN, None);
+        svc.embed_query(q, Cancel::new()).await.expect("warm cache");
+        let t = Instant::now();
+        let out = search(
+            &budget,
+            svc,
+            &big,
+            &SearchRequest {
+                query: q.clone(),
+                top_k: 10,
+                mode: Mode::Hybrid,
+                filter: Filter::All,
+            },
+        )
+        .await;
+        times.push(t.elapsed());
+        assert!(!out.hits.is_empty());
+    }
+    for (_, q) in data.queries.iter().skip(400).take(200) {
+        let budget = RequestBudget::start(&bench_profile(), &SEARCH_PLAN, None);
+        let t = Instant::now();
+        search(
+            &budget,
+            svc,
+            &big,
+            &SearchRequest {
+                query: q.clone(),
+                top_k: 10,
+                mode: Mode::Hybrid,
+                filter: Filter::All,
+            },
+        )
+        .await;
+        e2e.push(t.elapsed());
+    }
+    println!(
+        "\nhybrid search at {n} chunks (dense + BM25 + RRF, query vector cached): p50 {:.2} ms  p99 {:.2} ms",
+        pct(&mut times, 50.0),
+        pct(&mut times, 99.0)
+    );
+    println!(
+        "hybrid search at {n} chunks including query embedding (uncached): p50 {:.2} ms  p99 {:.2} ms",
+        pct(&mut e2e, 50.0),
+        pct(&mut e2e, 99.0)
+    );
+}

@@ -1,0 +1,293 @@
+//! File upload (`multipart/form-data` on `POST /v1/documents`) and
+//! `ragtime ingest FILE…`.
+
+use crate::helpers::{error_of, spawn_app, spawn_app_with};
+use reqwest::multipart::{Form, Part};
+use serde_json::{Value, json};
+use std::io::Write;
+
+/// A one-page PDF with `text` in Helvetica, offsets computed so the xref
+/// table is exact.
+pub fn tiny_pdf(text: &str) -> Vec<u8> {
+    let stream = format!("BT /F1 12 Tf 72 720 Td ({text}) Tj ET");
+    let objects = [
+        "<< /Type /Catalog /Pages 2 0 R >>".to_owned(),
+        "<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_owned(),
+        "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>".to_owned(),
+        format!("<< /Length {} >>\nstream\n{stream}\nendstream", stream.len()),
+        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>".to_owned(),
+    ];
+    let mut out = b"%PDF-1.4\n".to_vec();
+    let mut offsets = Vec::new();
+    for (i, o) in objects.iter().enumerate() {
+        offsets.push(out.len());
+        out.extend_from_slice(format!("{} 0 obj\n{o}\nendobj\n", i + 1).as_bytes());
+    }
+    let xref = out.len();
+    out.extend_from_slice(
+        format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).as_bytes(),
+    );
+    for o in offsets {
+        out.extend_from_slice(format!("{o:010} 00000 n \n").as_bytes());
+    }
+    out.extend_from_slice(
+        format!(
+            "trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n",
+            objects.len() + 1
+        )
+        .as_bytes(),
+    );
+    out
+}
+
+fn file(name: &str, bytes: Vec<u8>) -> Part {
+    Part::bytes(bytes).file_name(name.to_owned())
+}
+
+async fn search_ids(app: &crate::helpers::TestApp, body: Value) -> Vec<String> {
+    let b: Value = app
+        .post_json("/v1/search", body)
+        .await
+        .json()
+        .await
+        .expect("json");
+    b["results"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|r| r["document_id"].as_str().unwrap_or_default().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uploaded_files_of_every_type_become_searchable_documents() {
+    let app = spawn_app().await;
+    app.wait_ready().await;
+    let form = Form::new()
+        .text("collection", "uploads")
+        .text("metadata", r#"{"team": "bio"}"#)
+        .part("file", file("notes.txt", b"Ribosomes translate messenger RNA into protein.".to_vec()))
+        .part("file", file("guide.md", b"# Photosynthesis\n\nChloroplasts turn light into sugar.".to_vec()))
+        .part("file", file("page.html", b"<html><head><title>Volcanoes</title><script>var lava=1</script></head><body><p>Magma rises through the crust &amp; erupts.</p></body></html>".to_vec()))
+        .part("file", file("paper.pdf", tiny_pdf("Tardigrades survive the vacuum of space.")));
+    let r = app
+        .http
+        .post(app.url("/v1/documents"))
+        .multipart(form)
+        .send()
+        .await
+        .expect("upload");
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.expect("json");
+    assert_eq!(body["collection"], "uploads");
+    assert_eq!(
+        body["documents"].as_array().map(Vec::len),
+        Some(4),
+        "{body}"
+    );
+
+    let q = |text: &str| json!({"query": text, "collection": "uploads", "top_k": 1});
+    assert_eq!(
+        search_ids(&app, q("how is protein made from mRNA")).await,
+        ["notes.txt"]
+    );
+    assert_eq!(
+        search_ids(&app, q("plants make sugar from light")).await,
+        ["guide.md"]
+    );
+    assert_eq!(search_ids(&app, q("magma eruption")).await, ["page.html"]);
+    assert_eq!(
+        search_ids(&app, q("tardigrades in space")).await,
+        ["paper.pdf"]
+    );
+    assert!(
+        search_ids(
+            &app,
+            json!({"query": "lava", "collection": "uploads", "mode": "lexical"})
+        )
+        .await
+        .is_empty(),
+        "script text is not indexed"
+    );
+
+    let doc: Value = app
+        .http
+        .get(app.url("/v1/documents/page.html?collection=uploads"))
+        .send()
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(doc["title"], "Volcanoes");
+    assert_eq!(doc["metadata"]["team"], "bio");
+    assert_eq!(doc["metadata"]["source"], "page.html");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_uploads_are_refused_and_write_nothing() {
+    let app = spawn_app_with(|c| c.server.body_limit_bytes = 64 * 1024).await;
+    app.wait_ready().await;
+    let cases: Vec<(Form, u16, &str)> = vec![
+        (
+            Form::new()
+                .part("file", file("ok.txt", b"fine".to_vec()))
+                .part("file", file("bad.txt", vec![0xff, 0xfe, 0x00])),
+            422,
+            "file[1]",
+        ),
+        (
+            Form::new().part("file", file("slides.pptx", b"x".to_vec())),
+            422,
+            "file[0]",
+        ),
+        (
+            Form::new().part("file", file("broken.pdf", b"%PDF-1.4 garbage".to_vec())),
+            422,
+            "file[0]",
+        ),
+        (
+            Form::new().part("file", file("empty.md", b"   ".to_vec())),
+            422,
+            "file[0]",
+        ),
+        (
+            Form::new()
+                .text("collection", "has space")
+                .part("file", file("a.txt", b"x".to_vec())),
+            422,
+            "collection",
+        ),
+        (
+            Form::new()
+                .text("metadata", "[1]")
+                .part("file", file("a.txt", b"x".to_vec())),
+            422,
+            "metadata",
+        ),
+        (Form::new().text("collection", "c"), 422, "file"),
+        (Form::new().text("colour", "red"), 422, "colour"),
+    ];
+    for (form, status, field) in cases {
+        let r = app
+            .http
+            .post(app.url("/v1/documents"))
+            .multipart(form)
+            .send()
+            .await
+            .expect("upload");
+        let (s, _, f, body) = error_of(r).await;
+        assert_eq!((s, f.as_deref()), (status, Some(field)), "{body}");
+    }
+    let big = Form::new().part("file", file("big.txt", vec![b'a'; 200 * 1024]));
+    let r = app
+        .http
+        .post(app.url("/v1/documents"))
+        .multipart(big)
+        .send()
+        .await
+        .expect("upload");
+    let (s, code, _, _) = error_of(r).await;
+    assert_eq!((s, code.as_str()), (413, "payload_too_large"));
+    let r = app
+        .http
+        .get(app.url("/v1/documents/ok.txt"))
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(r.status(), 404, "a refused upload wrote a document");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ingest_command_loads_beir_jsonl_that_a_server_then_serves() {
+    let data = tempfile::tempdir().expect("data");
+    let files = tempfile::tempdir().expect("files");
+    let corpus = files.path().join("corpus.jsonl.gz");
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    for (id, title, text) in [
+        (
+            "d1",
+            "Insulin",
+            "Insulin lowers blood glucose by promoting uptake into cells.",
+        ),
+        (
+            "d2",
+            "Glaciers",
+            "Glaciers retreat as average temperatures rise.",
+        ),
+        (
+            "d3",
+            "Sleep",
+            "Sleep deprivation impairs memory consolidation.",
+        ),
+    ] {
+        let line = json!({"_id": id, "title": title, "text": text, "metadata": {}});
+        writeln!(gz, "{line}").expect("write");
+    }
+    std::fs::write(&corpus, gz.finish().expect("gzip")).expect("write corpus");
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_ragtime"))
+            .args(args)
+            .env("RAGTIME__DATA_DIR", data.path())
+            .env_remove("RAGTIME__DATABASE_URL")
+            .output()
+            .expect("run ragtime ingest")
+    };
+    let out = run(&[
+        "ingest",
+        "--collection",
+        "beir",
+        corpus.to_str().unwrap_or_default(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("ingested 3 documents into \"beir\""),
+        "{stdout}"
+    );
+    assert!(stdout.contains("chunks/s"), "{stdout}");
+
+    // A second run re-embeds nothing.
+    let out = run(&[
+        "ingest",
+        "--collection",
+        "beir",
+        corpus.to_str().unwrap_or_default(),
+    ]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("(3 unchanged, 0 chunks embedded)"));
+
+    // A bad file fails the command and writes nothing.
+    let bad = files.path().join("bad.jsonl");
+    std::fs::write(&bad, "{\"_id\": \"x\", \"text\": \"ok\"}\n{not json}\n").expect("write");
+    let out = run(&[
+        "ingest",
+        "--collection",
+        "other",
+        bad.to_str().unwrap_or_default(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("line 2"));
+
+    let path = data.path().to_owned();
+    let app = spawn_app_with(|c| c.data_dir = path).await;
+    let ready = app.wait_ready().await;
+    assert_eq!(ready["checks"]["embed"]["chunks_indexed"], 3);
+    assert_eq!(
+        search_ids(
+            &app,
+            json!({"query": "blood sugar hormone", "collection": "beir", "top_k": 1})
+        )
+        .await,
+        ["d1"]
+    );
+    let r = app
+        .post_json("/v1/search", json!({"query": "x", "collection": "other"}))
+        .await;
+    assert_eq!(r.status(), 404, "the failed ingest created nothing");
+}
