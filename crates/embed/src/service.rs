@@ -19,7 +19,10 @@ pub struct ServiceOptions {
     pub workers: usize,
     /// Most texts in one inference.
     pub max_batch: usize,
-    /// How long a worker waits for more requests to fill a batch.
+    /// How long a worker waits for more requests to fill a batch. Zero (the
+    /// default) takes only what is already queued: no added latency when
+    /// idle, and under load requests queue up during an inference and form
+    /// the next batch (continuous batching).
     pub max_wait: Duration,
     /// Cached query embeddings, at most.
     pub cache_entries: u64,
@@ -31,7 +34,7 @@ impl Default for ServiceOptions {
         Self {
             workers: 1,
             max_batch: 32,
-            max_wait: Duration::from_millis(1),
+            max_wait: Duration::ZERO,
             cache_entries: 100_000,
             cache_ttl: Duration::from_secs(3600),
         }
@@ -183,13 +186,17 @@ fn worker(rx: &Mutex<Receiver<Job>>, model: &OnnxEmbedder, opts: ServiceOptions,
             let mut n: usize = jobs[0].texts.len();
             while n < opts.max_batch {
                 let left = until.saturating_duration_since(Instant::now());
-                match rx.recv_timeout(left) {
-                    Ok(j) => {
-                        n += j.texts.len();
-                        jobs.push(j);
+                let next = if left.is_zero() {
+                    rx.try_recv().ok()
+                } else {
+                    match rx.recv_timeout(left) {
+                        Ok(j) => Some(j),
+                        Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => None,
                     }
-                    Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
-                }
+                };
+                let Some(j) = next else { break };
+                n += j.texts.len();
+                jobs.push(j);
             }
         }
         // Drop jobs whose request has already given up.

@@ -193,3 +193,32 @@ async fn query_cache_is_keyed_by_normalised_text_and_cancel_is_honoured() {
     );
     assert!(svc.embed_query("   ", Cancel::new()).await.is_err());
 }
+
+/// The ONNX model (int8 weights) against fp32 reference embeddings computed
+/// from the original safetensors by `scripts/reference_embeddings.py`.
+#[test]
+fn onnx_matches_the_fp32_reference() {
+    let fixture: serde_json::Value =
+        serde_json::from_str(include_str!("fixtures/minilm_reference.json")).expect("fixture");
+    let sentences = fixture["sentences"].as_array().cloned().unwrap_or_default();
+    assert_eq!(sentences.len(), 5);
+    let texts: Vec<String> = sentences
+        .iter()
+        .map(|s| s["text"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    let got = embedder().embed(&texts, &Cancel::new()).unwrap_or_default();
+    for (s, v) in sentences.iter().zip(&got) {
+        let want: Vec<f32> = s["embedding"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_f64())
+                    .map(|x| x as f32)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let c = cos(v, &want);
+        eprintln!("cosine {c:.5}  {}", s["text"]);
+        assert!(c >= 0.999, "cosine {c} for {}", s["text"]);
+    }
+}

@@ -189,11 +189,11 @@ impl Default for EmbedConfig {
         Self {
             model_dir: c.join("models/all-minilm-l6-v2"),
             ort_lib: c.join("onnxruntime/libonnxruntime.so.1.31.1"),
-            intra_threads: 1,
+            intra_threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(2)),
             max_tokens: 256,
             batch_size: 32,
             workers: 1,
-            batch_wait_us: 1000,
+            batch_wait_us: 0,
             cache_entries: 100_000,
             cache_ttl_s: 3600,
         }

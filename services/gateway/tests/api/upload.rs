@@ -291,3 +291,94 @@ async fn the_ingest_command_loads_beir_jsonl_that_a_server_then_serves() {
         .await;
     assert_eq!(r.status(), 404, "the failed ingest created nothing");
 }
+
+/// `kill -9` in the middle of an ingest: every document is either fully
+/// stored (with all its chunks and its log entry) or absent, everything the
+/// command reported as done is there, and a server started afterwards
+/// indexes exactly what the store holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_mid_ingest_loses_nothing_acknowledged_and_leaves_no_half_document() {
+    use std::io::{BufRead, BufReader};
+    let data = tempfile::tempdir().expect("data");
+    let files = tempfile::tempdir().expect("files");
+    let corpus = files.path().join("many.jsonl");
+    let mut f = std::fs::File::create(&corpus).expect("create");
+    for i in 0..400 {
+        let text = format!("Document {i} discusses topic {} in some detail. ", i % 17).repeat(30);
+        writeln!(
+            f,
+            "{}",
+            json!({"_id": format!("doc{i}"), "title": format!("Title {i}"), "text": text})
+        )
+        .expect("write");
+    }
+    drop(f);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ragtime"))
+        .args([
+            "ingest",
+            "--batch",
+            "10",
+            corpus.to_str().unwrap_or_default(),
+        ])
+        .env("RAGTIME__DATA_DIR", data.path())
+        .env_remove("RAGTIME__DATABASE_URL")
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut acknowledged = 0usize;
+    for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+        if let Some(rest) = line.strip_prefix("ingest: ") {
+            acknowledged = rest
+                .split('/')
+                .next()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0);
+            if acknowledged >= 30 {
+                break;
+            }
+        }
+    }
+    child.kill().expect("kill -9");
+    let _ = child.wait();
+    assert!(
+        acknowledged >= 30 && acknowledged < 400,
+        "killed at {acknowledged}"
+    );
+
+    let url = ragtime_store::Store::sqlite_url(data.path());
+    let pool = sqlx::SqlitePool::connect(&url).await.expect("open db");
+    let docs: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM documents")
+        .fetch_one(&pool)
+        .await
+        .expect("count");
+    let empty: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM documents d WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.document_id = d.id)")
+        .fetch_one(&pool)
+        .await
+        .expect("count");
+    let logged: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM ingest_log")
+        .fetch_one(&pool)
+        .await
+        .expect("count");
+    let chunks: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM chunks")
+        .fetch_one(&pool)
+        .await
+        .expect("count");
+    pool.close().await;
+    assert!(
+        docs as usize >= acknowledged,
+        "{docs} stored but {acknowledged} acknowledged"
+    );
+    assert_eq!(docs % 10, 0, "a batch is one transaction: all or nothing");
+    assert_eq!(empty, 0, "a document without its chunks was left behind");
+    assert_eq!(logged, docs, "every stored document has its log entry");
+
+    let path = data.path().to_owned();
+    let app = spawn_app_with(|c| c.data_dir = path).await;
+    let ready = app.wait_ready().await;
+    assert_eq!(
+        ready["checks"]["embed"]["chunks_indexed"], chunks,
+        "the indexes hold exactly what the store holds"
+    );
+}
