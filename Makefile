@@ -10,7 +10,7 @@ RAGTIME_CACHE ?= $(HOME)/.cache/ragtime
 CARGO_TARGET_DIR ?= $(RAGTIME_CACHE)/target
 export RAGTIME_CACHE CARGO_TARGET_DIR
 
-.PHONY: setup run test build fmt lint
+.PHONY: setup run test build bench fmt lint
 
 setup:
 	@bash scripts/setup.sh
@@ -23,6 +23,11 @@ test: setup
 
 build:
 	cargo build --release --locked -p ragtime-gateway --bin ragtime
+
+# Retrieval quality on BEIR SciFact and latency figures (needs ../shared/data/scifact
+# or RAGTIME_SCIFACT). Prints figures; asserts nothing.
+bench: setup
+	cargo run --release --locked -p ragtime-bench -- all
 
 fmt:
 	cargo fmt --all

@@ -5,9 +5,9 @@
 use crate::OnnxEmbedder;
 use moka::sync::Cache;
 use ragtime_core::{Cancel, Embedder, StageError};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use unicode_normalization::UnicodeNormalization;
@@ -49,6 +49,48 @@ struct Job {
     reply: Reply,
 }
 
+/// A large job (ingestion) done one batch at a time, so interactive
+/// requests never wait behind more than one batch of it.
+struct BulkJob {
+    job: Job,
+    /// Text indices shortest first, so batches hold similar lengths.
+    order: Vec<usize>,
+    done: Vec<Vec<f32>>,
+}
+
+impl BulkJob {
+    fn new(job: Job) -> Self {
+        let mut order: Vec<usize> = (0..job.texts.len()).collect();
+        order.sort_by_key(|&i| job.texts[i].len());
+        Self {
+            done: Vec::with_capacity(order.len()),
+            order,
+            job,
+        }
+    }
+
+    /// The vectors in the caller's order.
+    fn finish(self) -> Vec<Vec<f32>> {
+        let mut out = vec![Vec::new(); self.order.len()];
+        for (i, v) in self.order.into_iter().zip(self.done) {
+            out[i] = v;
+        }
+        out
+    }
+}
+
+#[derive(Default)]
+struct Queues {
+    interactive: VecDeque<Job>,
+    bulk: VecDeque<BulkJob>,
+    closed: bool,
+}
+
+struct Shared {
+    queues: Mutex<Queues>,
+    ready: Condvar,
+}
+
 /// Whitespace collapsed, trimmed, Unicode NFKC: the cache key.
 pub fn normalise_text(text: &str) -> String {
     let nfkc: String = text.nfkc().collect();
@@ -56,30 +98,37 @@ pub fn normalise_text(text: &str) -> String {
 }
 
 pub struct EmbedService {
-    tx: Mutex<Option<Sender<Job>>>,
+    shared: Arc<Shared>,
     cache: Cache<String, Arc<Vec<f32>>>,
     model: Arc<OnnxEmbedder>,
     workers: Vec<std::thread::JoinHandle<()>>,
     runs: Arc<AtomicU64>,
+    max_batch: usize,
+}
+
+fn lock(m: &Mutex<Queues>) -> std::sync::MutexGuard<'_, Queues> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl EmbedService {
     pub fn new(model: OnnxEmbedder, opts: ServiceOptions) -> Self {
         let model = Arc::new(model);
-        let (tx, rx) = mpsc::channel::<Job>();
-        let rx = Arc::new(Mutex::new(rx));
+        let shared = Arc::new(Shared {
+            queues: Mutex::new(Queues::default()),
+            ready: Condvar::new(),
+        });
         let runs = Arc::new(AtomicU64::new(0));
         let workers = (0..opts.workers.max(1))
             .map(|i| {
-                let (rx, model, runs) = (rx.clone(), model.clone(), runs.clone());
+                let (shared, model, runs) = (shared.clone(), model.clone(), runs.clone());
                 std::thread::Builder::new()
                     .name(format!("embed-{i}"))
-                    .spawn(move || worker(&rx, &model, opts, &runs))
+                    .spawn(move || worker(&shared, &model, opts, &runs))
                     .unwrap_or_else(|e| panic!("cannot start an embedding thread: {e}"))
             })
             .collect();
         Self {
-            tx: Mutex::new(Some(tx)),
+            shared,
             cache: Cache::builder()
                 .max_capacity(opts.cache_entries)
                 .time_to_live(opts.cache_ttl)
@@ -87,12 +136,8 @@ impl EmbedService {
             model,
             workers,
             runs,
+            max_batch: opts.max_batch.max(1),
         }
-    }
-
-    /// Model calls made so far (a merged batch counts once).
-    pub fn runs(&self) -> u64 {
-        self.runs.load(Ordering::Relaxed)
     }
 
     pub fn dim(&self) -> usize {
@@ -103,9 +148,15 @@ impl EmbedService {
         &self.model
     }
 
-    /// Embeds texts on the worker pool. The work stops (and this returns
-    /// `Cancelled`) once `cancel` is set; dropping the future sets nothing,
-    /// so pass the stage's cancel flag.
+    /// Model calls made so far (a merged batch counts once).
+    pub fn runs(&self) -> u64 {
+        self.runs.load(Ordering::Relaxed)
+    }
+
+    /// Embeds texts on the worker pool. Small requests are merged with
+    /// concurrent ones into one inference; requests larger than a batch go
+    /// to the bulk queue, which yields to small requests between batches.
+    /// The work stops (and this returns `Cancelled`) once `cancel` is set.
     pub async fn embed(
         &self,
         texts: Vec<String>,
@@ -115,22 +166,23 @@ impl EmbedService {
             return Ok(Vec::new());
         }
         let (reply, rx) = oneshot::channel();
-        let sent = self
-            .tx
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_ref()
-            .map(|tx| {
-                tx.send(Job {
-                    texts,
-                    cancel,
-                    reply,
-                })
-                .is_ok()
-            });
-        if sent != Some(true) {
-            return Err(StageError::Backend("embedding service stopped".into()));
+        let job = Job {
+            texts,
+            cancel,
+            reply,
+        };
+        {
+            let mut q = lock(&self.shared.queues);
+            if q.closed {
+                return Err(StageError::Backend("embedding service stopped".into()));
+            }
+            if job.texts.len() > self.max_batch {
+                q.bulk.push_back(BulkJob::new(job));
+            } else {
+                q.interactive.push_back(job);
+            }
         }
+        self.shared.ready.notify_one();
         rx.await
             .unwrap_or_else(|_| Err(StageError::Backend("embedding worker died".into())))
     }
@@ -162,74 +214,115 @@ impl EmbedService {
 
 impl Drop for EmbedService {
     fn drop(&mut self) {
-        self.tx
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
+        lock(&self.shared.queues).closed = true;
+        self.shared.ready.notify_all();
         for w in self.workers.drain(..) {
             let _ = w.join();
         }
     }
 }
 
-fn worker(rx: &Mutex<Receiver<Job>>, model: &OnnxEmbedder, opts: ServiceOptions, runs: &AtomicU64) {
+enum Work {
+    Interactive(Vec<Job>),
+    Bulk(BulkJob),
+}
+
+/// Takes interactive jobs first (merged up to `max_batch` texts, waiting
+/// at most `max_wait` for more), else one bulk job.
+fn next_work(shared: &Shared, opts: &ServiceOptions) -> Option<Work> {
+    let mut q = lock(&shared.queues);
     loop {
-        // Take a first job, then gather more for up to `max_wait`.
-        let mut jobs = Vec::new();
-        {
-            let rx = rx.lock().unwrap_or_else(PoisonError::into_inner);
-            match rx.recv() {
-                Ok(j) => jobs.push(j),
-                Err(_) => return,
-            }
+        if let Some(first) = q.interactive.pop_front() {
+            let mut n = first.texts.len();
+            let mut jobs = vec![first];
             let until = Instant::now() + opts.max_wait;
-            let mut n: usize = jobs[0].texts.len();
-            while n < opts.max_batch {
-                let left = until.saturating_duration_since(Instant::now());
-                let next = if left.is_zero() {
-                    rx.try_recv().ok()
-                } else {
-                    match rx.recv_timeout(left) {
-                        Ok(j) => Some(j),
-                        Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => None,
+            loop {
+                while n < opts.max_batch {
+                    match q.interactive.front() {
+                        Some(j) if n + j.texts.len() <= opts.max_batch => {
+                            n += j.texts.len();
+                            jobs.extend(q.interactive.pop_front());
+                        }
+                        _ => break,
                     }
-                };
-                let Some(j) = next else { break };
-                n += j.texts.len();
-                jobs.push(j);
+                }
+                let left = until.saturating_duration_since(Instant::now());
+                if n >= opts.max_batch || left.is_zero() {
+                    break;
+                }
+                q = shared
+                    .ready
+                    .wait_timeout(q, left)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
             }
+            return Some(Work::Interactive(jobs));
         }
-        // Drop jobs whose request has already given up.
-        let (live, dead): (Vec<Job>, Vec<Job>) =
-            jobs.into_iter().partition(|j| !j.cancel.is_cancelled());
-        for j in dead {
-            let _ = j.reply.send(Err(StageError::Cancelled));
+        if let Some(b) = q.bulk.pop_front() {
+            return Some(Work::Bulk(b));
         }
-        if live.is_empty() {
-            continue;
+        if q.closed {
+            return None;
         }
-        if live.len() == 1 || live.iter().map(|j| j.texts.len()).sum::<usize>() > opts.max_batch {
-            // One big job (or too much to merge): run each on its own.
-            for j in live {
+        q = shared.ready.wait(q).unwrap_or_else(PoisonError::into_inner);
+    }
+}
+
+fn worker(shared: &Shared, model: &OnnxEmbedder, opts: ServiceOptions, runs: &AtomicU64) {
+    while let Some(work) = next_work(shared, &opts) {
+        match work {
+            Work::Interactive(jobs) => {
+                // Drop jobs whose request has already given up.
+                let (live, dead): (Vec<Job>, Vec<Job>) =
+                    jobs.into_iter().partition(|j| !j.cancel.is_cancelled());
+                for j in dead {
+                    let _ = j.reply.send(Err(StageError::Cancelled));
+                }
+                if live.is_empty() {
+                    continue;
+                }
+                let all: Vec<String> = live.iter().flat_map(|j| j.texts.iter().cloned()).collect();
                 runs.fetch_add(1, Ordering::Relaxed);
-                let r = model.embed(&j.texts, &j.cancel);
-                let _ = j.reply.send(r);
-            }
-            continue;
-        }
-        // Several small jobs: one inference for all of them.
-        let all: Vec<String> = live.iter().flat_map(|j| j.texts.iter().cloned()).collect();
-        runs.fetch_add(1, Ordering::Relaxed);
-        match model.embed(&all, &Cancel::new()) {
-            Ok(mut vs) => {
-                for j in live.into_iter().rev() {
-                    let part = vs.split_off(vs.len() - j.texts.len());
-                    let _ = j.reply.send(Ok(part));
+                match model.embed(&all, &Cancel::new()) {
+                    Ok(mut vs) => {
+                        for j in live.into_iter().rev() {
+                            let part = vs.split_off(vs.len() - j.texts.len());
+                            let _ = j.reply.send(Ok(part));
+                        }
+                    }
+                    Err(e) => {
+                        for j in live {
+                            let _ = j.reply.send(Err(e.clone()));
+                        }
+                    }
                 }
             }
-            Err(e) => {
-                for j in live {
-                    let _ = j.reply.send(Err(e.clone()));
+            Work::Bulk(mut b) => {
+                if b.job.cancel.is_cancelled() {
+                    let _ = b.job.reply.send(Err(StageError::Cancelled));
+                    continue;
+                }
+                let start = b.done.len();
+                let end = (start + opts.max_batch).min(b.order.len());
+                let batch: Vec<String> = b.order[start..end]
+                    .iter()
+                    .map(|&i| b.job.texts[i].clone())
+                    .collect();
+                runs.fetch_add(1, Ordering::Relaxed);
+                match model.embed(&batch, &b.job.cancel) {
+                    Ok(vs) => b.done.extend(vs),
+                    Err(e) => {
+                        let _ = b.job.reply.send(Err(e));
+                        continue;
+                    }
+                }
+                if b.done.len() == b.order.len() {
+                    let reply = std::mem::replace(&mut b.job.reply, oneshot::channel().0);
+                    let _ = reply.send(Ok(b.finish()));
+                } else {
+                    // Back to the front: it resumes after any interactive work.
+                    lock(&shared.queues).bulk.push_front(b);
+                    shared.ready.notify_one();
                 }
             }
         }

@@ -222,3 +222,42 @@ fn onnx_matches_the_fp32_reference() {
         assert!(c >= 0.999, "cosine {c} for {}", s["text"]);
     }
 }
+
+/// A big (bulk) job is done batch by batch and a query that arrives in the
+/// middle runs before the rest of it, instead of waiting for all of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queries_overtake_a_bulk_ingest() {
+    let svc = std::sync::Arc::new(EmbedService::new(
+        load(),
+        ServiceOptions {
+            max_batch: 8,
+            ..ServiceOptions::default()
+        },
+    ));
+    let passages: Vec<String> = (0..96).map(|i| format!("{LONG} variant {i}")).collect();
+    let bulk = {
+        let (svc, p) = (svc.clone(), passages.clone());
+        tokio::spawn(async move {
+            let r = svc.embed(p, Cancel::new()).await;
+            (r, std::time::Instant::now())
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let (q, _) = svc
+        .embed_query("a short question", Cancel::new())
+        .await
+        .expect("query");
+    let query_done = std::time::Instant::now();
+    let (r, bulk_done) = bulk.await.expect("join");
+    let vs = r.expect("bulk");
+    assert!(
+        query_done < bulk_done,
+        "the query waited for the whole bulk job"
+    );
+    assert_eq!(q.len(), 384);
+    // Results come back in the caller's order despite length-sorted batches.
+    let direct = embedder()
+        .embed(&passages[40..42].to_vec(), &Cancel::new())
+        .unwrap_or_default();
+    assert!(cos(&vs[40], &direct[0]) > 0.9999 && cos(&vs[41], &direct[1]) > 0.9999);
+}
