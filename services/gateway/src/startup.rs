@@ -43,15 +43,7 @@ pub fn init_telemetry(config: &Config) {
 impl Application {
     pub async fn build(config: Config) -> anyhow::Result<Application> {
         config.validate()?;
-        std::fs::create_dir_all(&config.data_dir)
-            .with_context(|| format!("cannot create data_dir {}", config.data_dir.display()))?;
-        let db_url = config.database_url();
-        let store = Store::open(&db_url).await.with_context(|| {
-            format!(
-                "cannot open the store at {}",
-                ragtime_store::redact(&db_url)
-            )
-        })?;
+        let store = open_store(&config).await?;
 
         let api_key = config.llm.api_key.as_ref().map(|s| s.0.clone());
         let (llm, local) = match &config.llm.base_url {
@@ -74,13 +66,7 @@ impl Application {
 
         // Fail fast on missing model files; load and warm up in the background
         // so the process answers /healthz at once and /readyz when warm.
-        let embed_opts = EmbedderOptions {
-            model_dir: config.embed.model_dir.clone(),
-            ort_lib: config.embed.ort_lib.clone(),
-            intra_threads: config.embed.intra_threads,
-            max_tokens: config.embed.max_tokens,
-            batch_size: config.embed.batch_size,
-        };
+        let embed_opts = embedder_options(&config);
         for f in [
             embed_opts.model_dir.join("model.onnx"),
             embed_opts.model_dir.join("tokenizer.json"),
@@ -175,6 +161,53 @@ impl Application {
     }
 }
 
+/// Creates the data folder and opens (and migrates) the store.
+async fn open_store(config: &Config) -> anyhow::Result<Store> {
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("cannot create data_dir {}", config.data_dir.display()))?;
+    let db_url = config.database_url();
+    Store::open(&db_url).await.with_context(|| {
+        format!(
+            "cannot open the store at {}",
+            ragtime_store::redact(&db_url)
+        )
+    })
+}
+
+fn embedder_options(config: &Config) -> EmbedderOptions {
+    let e = &config.embed;
+    EmbedderOptions {
+        model_dir: e.model_dir.clone(),
+        ort_lib: e.ort_lib.clone(),
+        intra_threads: e.intra_threads,
+        max_tokens: e.max_tokens,
+        batch_size: e.batch_size,
+    }
+}
+
+/// The embedding service and chunking settings from the config.
+fn new_rag(config: &Config, store: Store, model: OnnxEmbedder) -> Rag {
+    let e = &config.embed;
+    let service = EmbedService::new(
+        model,
+        ServiceOptions {
+            workers: e.workers,
+            max_batch: e.batch_size,
+            max_wait: Duration::from_micros(e.batch_wait_us),
+            cache_entries: e.cache_entries,
+            cache_ttl: Duration::from_secs(e.cache_ttl_s),
+        },
+    );
+    Rag::new(
+        store,
+        Arc::new(service),
+        ChunkParams {
+            max_tokens: config.chunking.max_tokens,
+            overlap: config.chunking.overlap_tokens,
+        },
+    )
+}
+
 /// `ragtime ingest`: reads every file first (so a bad file writes nothing),
 /// then ingests in batches, printing progress and throughput.
 pub async fn ingest_files(
@@ -194,41 +227,10 @@ pub async fn ingest_files(
                 .map_err(anyhow::Error::msg)?,
         );
     }
-    std::fs::create_dir_all(&config.data_dir)
-        .with_context(|| format!("cannot create data_dir {}", config.data_dir.display()))?;
-    let db_url = config.database_url();
-    let store = Store::open(&db_url).await.with_context(|| {
-        format!(
-            "cannot open the store at {}",
-            ragtime_store::redact(&db_url)
-        )
-    })?;
-    let e = &config.embed;
-    let opts = EmbedderOptions {
-        model_dir: e.model_dir.clone(),
-        ort_lib: e.ort_lib.clone(),
-        intra_threads: e
-            .intra_threads
-            .max(std::thread::available_parallelism().map_or(1, |n| n.get())),
-        max_tokens: e.max_tokens,
-        batch_size: e.batch_size,
-    };
+    let store = open_store(config).await?;
+    let opts = embedder_options(config);
     let model = tokio::task::spawn_blocking(move || OnnxEmbedder::load(&opts)).await??;
-    let service = EmbedService::new(
-        model,
-        ServiceOptions {
-            max_batch: e.batch_size,
-            ..ServiceOptions::default()
-        },
-    );
-    let rag = Rag::new(
-        store,
-        Arc::new(service),
-        ChunkParams {
-            max_tokens: config.chunking.max_tokens,
-            overlap: config.chunking.overlap_tokens,
-        },
-    );
+    let rag = new_rag(config, store, model);
     let t0 = std::time::Instant::now();
     let (mut n_docs, mut n_chunks, mut unchanged) = (0usize, 0usize, 0usize);
     let total = docs.len();
@@ -265,25 +267,7 @@ async fn load_engine(state: &AppState, opts: EmbedderOptions) -> Result<Rag, Str
         elapsed_ms = t0.elapsed().as_millis() as u64,
         "embedding model loaded and warmed"
     );
-    let e = &state.config.embed;
-    let service = EmbedService::new(
-        model,
-        ServiceOptions {
-            workers: e.workers,
-            max_batch: e.batch_size,
-            max_wait: Duration::from_micros(e.batch_wait_us),
-            cache_entries: e.cache_entries,
-            cache_ttl: Duration::from_secs(e.cache_ttl_s),
-        },
-    );
-    let rag = Rag::new(
-        state.store.clone(),
-        Arc::new(service),
-        ChunkParams {
-            max_tokens: state.config.chunking.max_tokens,
-            overlap: state.config.chunking.overlap_tokens,
-        },
-    );
+    let rag = new_rag(&state.config, state.store.clone(), model);
     let t1 = std::time::Instant::now();
     let n = rag
         .rebuild()
