@@ -34,13 +34,14 @@ fn cache() -> PathBuf {
 }
 
 fn load_model(threads: usize) -> OnnxEmbedder {
+    let batch = env_usize("BENCH_BATCH", 32);
     let c = cache();
     OnnxEmbedder::load(&EmbedderOptions {
         model_dir: c.join("models/all-minilm-l6-v2"),
         ort_lib: c.join("onnxruntime/libonnxruntime.so.1.31.1"),
         intra_threads: threads,
         max_tokens: 256,
-        batch_size: 32,
+        batch_size: batch,
     })
     .unwrap_or_else(|e| panic!("run `make setup` first: {e}"))
 }
@@ -94,6 +95,7 @@ async fn embed_only(data: &SciFact) {
         load_model(threads),
         ServiceOptions {
             workers,
+            max_batch: env_usize("BENCH_BATCH", 32),
             ..ServiceOptions::default()
         },
     ));
