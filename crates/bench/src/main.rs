@@ -99,14 +99,7 @@ async fn embed_only(data: &SciFact) {
             ..ServiceOptions::default()
         },
     ));
-    let mut times = Vec::new();
-    for (_, q) in data.queries.iter().take(300) {
-        let t = Instant::now();
-        svc.embed(vec![q.clone()], Cancel::new())
-            .await
-            .expect("embed");
-        times.push(t.elapsed());
-    }
+    let mut times = query_times(&svc, data).await;
     println!(
         "threads {threads} workers {workers}: query p50 {:.2} ms p99 {:.2} ms",
         pct(&mut times, 50.0),
@@ -252,14 +245,7 @@ async fn scifact_quality(rag: &Rag, data: &SciFact) {
 async fn vectors(rag: &Rag, data: &SciFact) {
     let svc = &rag.embedder;
     println!("\n## embedding (all-MiniLM-L6-v2 int8, ONNX Runtime, 2 intra-op threads)");
-    let mut times = Vec::new();
-    for (_, q) in data.queries.iter().take(300) {
-        let t = Instant::now();
-        svc.embed(vec![q.clone()], Cancel::new())
-            .await
-            .expect("embed");
-        times.push(t.elapsed());
-    }
+    let mut times = query_times(svc, data).await;
     println!(
         "query embedding (uncached, {} queries): p50 {:.2} ms  p99 {:.2} ms",
         times.len(),
@@ -440,6 +426,19 @@ async fn hybrid_times<'a>(
         let out = search(&budget, svc, index, &req).await;
         times.push(t.elapsed());
         assert!(!out.hits.is_empty(), "hybrid search found nothing");
+    }
+    times
+}
+
+/// Uncached embedding latency of the first 300 SciFact queries, one by one.
+async fn query_times(svc: &EmbedService, data: &SciFact) -> Vec<Duration> {
+    let mut times = Vec::new();
+    for (_, q) in data.queries.iter().take(300) {
+        let t = Instant::now();
+        svc.embed(vec![q.clone()], Cancel::new())
+            .await
+            .expect("embed");
+        times.push(t.elapsed());
     }
     times
 }

@@ -115,3 +115,15 @@ pub async fn error_of(r: reqwest::Response) -> (u16, String, Option<String>, ser
     assert!(body["error"]["message"].is_string(), "{body}");
     (status, code, field, body)
 }
+
+/// The `document_id`s of a search response, in order.
+pub fn ids(body: &serde_json::Value) -> Vec<String> {
+    body["results"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|r| r["document_id"].as_str().unwrap_or_default().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}

@@ -1,7 +1,7 @@
 //! Ingestion and search through the HTTP API, with the real model and
 //! indexes, on SQLite (and PostgreSQL in `health.rs`).
 
-use crate::helpers::{TestApp, error_of, spawn_app, spawn_app_with};
+use crate::helpers::{TestApp, error_of, ids, spawn_app, spawn_app_with};
 use serde_json::{Value, json};
 
 fn corpus() -> Value {
@@ -22,17 +22,6 @@ async fn search(app: &TestApp, body: Value) -> (Value, String) {
         .unwrap_or_default()
         .to_owned();
     (r.json().await.expect("json"), timing)
-}
-
-fn ids(body: &Value) -> Vec<String> {
-    body["results"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|r| r["document_id"].as_str().unwrap_or_default().to_owned())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,7 @@
 //! File upload (`multipart/form-data` on `POST /v1/documents`) and
 //! `ragtime ingest FILE…`.
 
-use crate::helpers::{error_of, spawn_app, spawn_app_with};
+use crate::helpers::{error_of, ids, spawn_app, spawn_app_with};
 use reqwest::multipart::{Form, Part};
 use serde_json::{Value, json};
 use std::io::Write;
@@ -51,14 +51,7 @@ async fn search_ids(app: &crate::helpers::TestApp, body: Value) -> Vec<String> {
         .json()
         .await
         .expect("json");
-    b["results"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|r| r["document_id"].as_str().unwrap_or_default().to_owned())
-                .collect()
-        })
-        .unwrap_or_default()
+    ids(&b)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
