@@ -11,6 +11,7 @@ mod blocking;
 mod engine;
 mod profile;
 pub mod rag;
+pub mod rerank;
 pub mod search;
 
 pub use blocking::run_blocking;

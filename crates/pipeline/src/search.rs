@@ -49,6 +49,13 @@ pub const SEARCH_PLAN: [StagePlan; 2] = [
     StagePlan::new(Stage::Retrieve, Policy::Required),
 ];
 
+/// A search followed by reranking.
+pub const RERANK_PLAN: [StagePlan; 3] = [
+    StagePlan::new(Stage::Embed, Policy::Fallback),
+    StagePlan::new(Stage::Retrieve, Policy::Required),
+    StagePlan::new(Stage::Rerank, Policy::Optional),
+];
+
 /// Runs a search under `budget` (planned with [`SEARCH_PLAN`] or a longer
 /// plan that starts with it).
 pub async fn search(

@@ -115,11 +115,33 @@ impl Default for ChunkingConfig {
     }
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RerankConfig {
-    /// A BERT-style cross-encoder exported to ONNX (`RAGTIME__RERANK__MODEL_DIR`).
+    /// A BERT-style cross-encoder exported to ONNX (`RAGTIME__RERANK__MODEL_DIR`):
+    /// `model.onnx` (or `model_file`) and `tokenizer.json`. Unset: no reranking.
     pub model_dir: Option<PathBuf>,
+    pub model_file: String,
+    /// Candidates reranked, best-first by retrieval rank.
+    pub depth: usize,
+    /// Pairs per model call (the granularity of anytime reranking).
+    pub batch: usize,
+    /// Weight of the cross-encoder score in the final blend (0–1).
+    pub weight: f32,
+    pub max_tokens: usize,
+}
+
+impl Default for RerankConfig {
+    fn default() -> Self {
+        Self {
+            model_dir: None,
+            model_file: "model.onnx".into(),
+            depth: 20,
+            batch: 4,
+            weight: 0.5,
+            max_tokens: 256,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -312,6 +334,16 @@ impl Config {
             return Err(invalid(
                 "chunking.overlap_tokens",
                 "must be at most half of chunking.max_tokens",
+            ));
+        }
+        let r = &self.rerank;
+        if !(0.0..=1.0).contains(&r.weight) {
+            return Err(invalid("rerank.weight", "must be between 0 and 1"));
+        }
+        if !(1..=200).contains(&r.depth) || !(1..=64).contains(&r.batch) {
+            return Err(invalid(
+                "rerank.depth",
+                "rerank.depth must be 1–200 and rerank.batch 1–64",
             ));
         }
         if self.llm.ctx_size < 512 {

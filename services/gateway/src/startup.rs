@@ -267,6 +267,22 @@ async fn load_engine(state: &AppState, opts: EmbedderOptions) -> Result<Rag, Str
         elapsed_ms = t0.elapsed().as_millis() as u64,
         "embedding model loaded and warmed"
     );
+    if let Some(dir) = &state.config.rerank.model_dir {
+        let r = &state.config.rerank;
+        let opts = ragtime_rerank::RerankOptions {
+            model_dir: dir.clone(),
+            model_file: r.model_file.clone(),
+            ort_lib: state.config.embed.ort_lib.clone(),
+            intra_threads: state.config.embed.intra_threads,
+            max_tokens: r.max_tokens,
+        };
+        let ce = tokio::task::spawn_blocking(move || ragtime_rerank::CrossEncoder::load(&opts))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("reranker: {e}"))?;
+        let _ = state.reranker.set(Arc::new(ce));
+        tracing::info!(dir = %dir.display(), "cross-encoder loaded and warmed");
+    }
     let rag = new_rag(&state.config, state.store.clone(), model);
     let t1 = std::time::Instant::now();
     let n = rag

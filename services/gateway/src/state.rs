@@ -23,6 +23,8 @@ pub struct AppState {
     pub local_llm: Mutex<Option<LocalServer>>,
     rag: OnceLock<Arc<Rag>>,
     rag_state: Mutex<ModelState>,
+    /// The cross-encoder, when `rerank.model_dir` is configured.
+    pub reranker: OnceLock<Arc<ragtime_rerank::CrossEncoder>>,
 }
 
 impl AppState {
@@ -40,6 +42,7 @@ impl AppState {
             local_llm: Mutex::new(local_llm),
             rag: OnceLock::new(),
             rag_state: Mutex::new(ModelState::Loading),
+            reranker: OnceLock::new(),
         }
     }
 

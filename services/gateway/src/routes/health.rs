@@ -30,6 +30,7 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> impl IntoResponse {
             "model": "all-minilm-l6-v2",
             "dim": r.embedder.dim(),
             "chunks_indexed": r.indexes.len(),
+            "reranker": state.reranker.get().is_some(),
         })),
         None => match state.rag_state() {
             ModelState::Loading => Err("loading".to_owned()),

@@ -9,7 +9,8 @@ use axum::extract::State;
 use axum::response::Response;
 use ragtime_core::Filter;
 use ragtime_pipeline::RequestBudget;
-use ragtime_pipeline::search::{Mode, SEARCH_PLAN, SearchRequest, search};
+use ragtime_pipeline::rerank::{RerankParams, rerank};
+use ragtime_pipeline::search::{Mode, RERANK_PLAN, SEARCH_PLAN, SearchRequest, search};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -47,6 +48,10 @@ pub struct SearchIn {
     collection: String,
     #[serde(default)]
     budget_ms: Option<u64>,
+    /// Rerank the candidates with the cross-encoder (anytime, under the
+    /// `rerank` budget).
+    #[serde(default)]
+    rerank: bool,
 }
 
 pub async fn search_route(
@@ -83,19 +88,56 @@ pub async fn search_route(
         Some(ModeIn::Dense) => Mode::Dense,
         Some(ModeIn::Lexical) => Mode::Lexical,
     };
-    let budget = RequestBudget::start(&state.budgets(), &SEARCH_PLAN, req.budget_ms);
-    let out = search(
+    let reranker = if req.rerank {
+        Some(state.reranker.get().cloned().ok_or_else(|| {
+            ApiError::invalid(
+                "rerank",
+                "no reranker is configured (set RAGTIME__RERANK__MODEL_DIR)",
+            )
+        })?)
+    } else {
+        None
+    };
+    let plan: &[_] = if reranker.is_some() {
+        &RERANK_PLAN
+    } else {
+        &SEARCH_PLAN
+    };
+    let budget = RequestBudget::start(&state.budgets(), plan, req.budget_ms);
+    let r = &state.config.rerank;
+    let mut out = search(
         &budget,
         &rag.embedder,
         &index,
         &SearchRequest {
-            query: req.query,
-            top_k: req.top_k,
+            query: req.query.clone(),
+            top_k: if reranker.is_some() {
+                req.top_k.max(r.depth)
+            } else {
+                req.top_k
+            },
             mode,
             filter,
         },
     )
     .await;
+    if let Some(model) = reranker {
+        let params = RerankParams {
+            depth: r.depth,
+            batch: r.batch,
+            weight: r.weight,
+        };
+        let (hits, _) = rerank(
+            &budget,
+            &model,
+            &req.query,
+            std::mem::take(&mut out.hits),
+            params,
+        )
+        .await;
+        out.hits = hits.into_iter().take(req.top_k).collect();
+        out.report = budget.report();
+    }
     let results: Vec<Value> = out
         .hits
         .iter()

@@ -8,5 +8,6 @@ mod errors;
 mod health;
 mod helpers;
 mod lifecycle;
+mod rerank;
 mod search;
 mod upload;
