@@ -8,18 +8,15 @@ mod onnx;
 mod service;
 
 pub use chunk::{Chunker, TextChunk};
-pub use onnx::ort_environment;
+pub use onnx::{BertBatch, configure_tokenizer, load_session, ort_environment};
 pub use service::{EmbedService, ServiceOptions, normalise_text};
 
-use ndarray::Array2;
 use ort::session::Session;
-use ort::session::builder::GraphOptimizationLevel;
-use ort::value::Tensor;
 use ragtime_core::{Cancel, Embedder, StageError};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use thiserror::Error;
-use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
+use tokenizers::{Tokenizer, TruncationStrategy};
 
 #[derive(Debug, Error)]
 pub enum LoadError {
@@ -64,13 +61,8 @@ fn file_err(path: &Path, e: impl std::fmt::Display) -> LoadError {
     }
 }
 
-fn ort_err(e: impl std::fmt::Display) -> LoadError {
-    LoadError::Ort(e.to_string())
-}
-
 impl OnnxEmbedder {
     pub fn load(opts: &EmbedderOptions) -> Result<Self, LoadError> {
-        let env = ort_environment(&opts.ort_lib)?;
         let model = opts.model_dir.join("model.onnx");
         let tok_path = opts.model_dir.join("tokenizer.json");
         if !model.is_file() {
@@ -79,24 +71,13 @@ impl OnnxEmbedder {
         let mut tokenizer = Tokenizer::from_file(&tok_path).map_err(|e| file_err(&tok_path, e))?;
         let raw_tokenizer = tokenizer.clone();
         // tokenizer.json pins padding and truncation to 128: set both here.
-        tokenizer
-            .with_truncation(Some(TruncationParams {
-                max_length: opts.max_tokens,
-                ..TruncationParams::default()
-            }))
-            .map_err(|e| file_err(&tok_path, e))?;
-        tokenizer.with_padding(Some(PaddingParams {
-            strategy: PaddingStrategy::BatchLongest,
-            ..PaddingParams::default()
-        }));
-        let session = Session::builder(&env)
-            .map_err(ort_err)?
-            .with_optimization_level(GraphOptimizationLevel::Level3)
-            .map_err(|e| ort_err(e.to_string()))?
-            .with_intra_threads(opts.intra_threads.max(1))
-            .map_err(|e| ort_err(e.to_string()))?
-            .commit_from_file(&model)
-            .map_err(|e| file_err(&model, e))?;
+        configure_tokenizer(
+            &mut tokenizer,
+            &tok_path,
+            opts.max_tokens,
+            TruncationStrategy::LongestFirst,
+        )?;
+        let session = load_session(&opts.ort_lib, &model, opts.intra_threads)?;
         let has_token_types = session
             .inputs()
             .iter()
@@ -142,33 +123,23 @@ impl OnnxEmbedder {
             .tokenizer
             .encode_batch(texts.to_vec(), true)
             .map_err(|e| backend(&e))?;
-        let batch = encodings.len();
-        let seq = encodings.first().map_or(0, |e| e.get_ids().len());
-        let mut ids = Vec::with_capacity(batch * seq);
-        let mut mask = Vec::with_capacity(batch * seq);
-        let mut types = Vec::with_capacity(batch * seq);
-        for e in &encodings {
-            ids.extend(e.get_ids().iter().map(|&x| i64::from(x)));
-            mask.extend(e.get_attention_mask().iter().map(|&x| i64::from(x)));
-            types.extend(e.get_type_ids().iter().map(|&x| i64::from(x)));
-        }
-        let shape = [batch, seq];
-        let mask_arr = Array2::from_shape_vec(shape, mask.clone()).map_err(|e| backend(&e))?;
-        let t = |v: Vec<i64>| Tensor::from_array((shape, v)).map_err(|e| backend(&e));
+        let inputs = BertBatch::new(&encodings);
+        let (batch, seq) = (inputs.batch, inputs.seq);
+        let t = |v: &[i64]| inputs.tensor(v).map_err(|e| backend(&e));
         let mut session = self
             .session
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let outputs = if self.has_token_types {
             session.run(ort::inputs![
-                "input_ids" => t(ids)?,
-                "attention_mask" => t(mask)?,
-                "token_type_ids" => t(types)?,
+                "input_ids" => t(&inputs.ids)?,
+                "attention_mask" => t(&inputs.mask)?,
+                "token_type_ids" => t(&inputs.types)?,
             ])
         } else {
             session.run(ort::inputs![
-                "input_ids" => t(ids)?,
-                "attention_mask" => t(mask)?,
+                "input_ids" => t(&inputs.ids)?,
+                "attention_mask" => t(&inputs.mask)?,
             ])
         }
         .map_err(|e| backend(&e))?;
@@ -195,7 +166,7 @@ impl OnnxEmbedder {
             let mut acc = vec![0f32; dim];
             let mut n = 0f32;
             for s in 0..seq {
-                if mask_arr[[b, s]] == 0 {
+                if inputs.mask[b * seq + s] == 0 {
                     continue;
                 }
                 n += 1.0;

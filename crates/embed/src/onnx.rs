@@ -36,3 +36,85 @@ pub fn ort_environment(lib: &Path) -> Result<Environment, LoadError> {
         .map_err(|e| LoadError::Ort(e.to_string()))?;
     Ok(ENV.get_or_init(|| env).clone())
 }
+
+/// Sets the truncation and batch padding ragtime uses on a model's
+/// `tokenizer.json` (whose own settings differ per model).
+pub fn configure_tokenizer(
+    tokenizer: &mut tokenizers::Tokenizer,
+    path: &Path,
+    max_tokens: usize,
+    strategy: tokenizers::TruncationStrategy,
+) -> Result<(), LoadError> {
+    tokenizer
+        .with_truncation(Some(tokenizers::TruncationParams {
+            max_length: max_tokens,
+            strategy,
+            ..tokenizers::TruncationParams::default()
+        }))
+        .map_err(|e| LoadError::File {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+    tokenizer.with_padding(Some(tokenizers::PaddingParams {
+        strategy: tokenizers::PaddingStrategy::BatchLongest,
+        ..tokenizers::PaddingParams::default()
+    }));
+    Ok(())
+}
+
+/// An optimised ONNX Runtime session for `model` on the shared environment.
+pub fn load_session(
+    ort_lib: &Path,
+    model: &Path,
+    intra_threads: usize,
+) -> Result<ort::session::Session, LoadError> {
+    let env = ort_environment(ort_lib)?;
+    let file_err = |e: String| LoadError::File {
+        path: model.to_owned(),
+        message: e,
+    };
+    ort::session::Session::builder(&env)
+        .map_err(|e| LoadError::Ort(e.to_string()))?
+        .with_optimization_level(ort::session::builder::GraphOptimizationLevel::Level3)
+        .map_err(|e| LoadError::Ort(e.to_string()))?
+        .with_intra_threads(intra_threads.max(1))
+        .map_err(|e| LoadError::Ort(e.to_string()))?
+        .commit_from_file(model)
+        .map_err(|e| file_err(e.to_string()))
+}
+
+/// The BERT inputs of a padded batch of encodings, row-major `[batch, seq]`.
+pub struct BertBatch {
+    pub batch: usize,
+    pub seq: usize,
+    pub ids: Vec<i64>,
+    pub mask: Vec<i64>,
+    pub types: Vec<i64>,
+}
+
+impl BertBatch {
+    pub fn new(encodings: &[tokenizers::Encoding]) -> Self {
+        let batch = encodings.len();
+        let seq = encodings.first().map_or(0, |e| e.get_ids().len());
+        let mut b = Self {
+            batch,
+            seq,
+            ids: Vec::with_capacity(batch * seq),
+            mask: Vec::with_capacity(batch * seq),
+            types: Vec::with_capacity(batch * seq),
+        };
+        for e in encodings {
+            b.ids.extend(e.get_ids().iter().map(|&x| i64::from(x)));
+            b.mask
+                .extend(e.get_attention_mask().iter().map(|&x| i64::from(x)));
+            b.types
+                .extend(e.get_type_ids().iter().map(|&x| i64::from(x)));
+        }
+        b
+    }
+
+    /// One input as an ONNX tensor.
+    pub fn tensor(&self, v: &[i64]) -> ort::Result<ort::value::Tensor<i64>> {
+        ort::value::Tensor::from_array(([self.batch, self.seq], v.to_vec()))
+    }
+}

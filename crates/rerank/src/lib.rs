@@ -4,18 +4,19 @@
 //! Scores are only comparable within one query.
 
 use ort::session::Session;
-use ort::session::builder::GraphOptimizationLevel;
-use ort::value::Tensor;
 use ragtime_core::{Cancel, StageError};
+use ragtime_embed::{BertBatch, configure_tokenizer, load_session};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 use thiserror::Error;
-use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams, TruncationStrategy};
+use tokenizers::{Tokenizer, TruncationStrategy};
 
 #[derive(Debug, Error)]
 pub enum RerankLoadError {
     #[error("{path}: {message}")]
     File { path: PathBuf, message: String },
+    #[error(transparent)]
+    Load(#[from] ragtime_embed::LoadError),
 }
 
 /// Settings for [`CrossEncoder::load`].
@@ -46,30 +47,16 @@ fn file_err(path: &Path, e: impl std::fmt::Display) -> RerankLoadError {
 
 impl CrossEncoder {
     pub fn load(opts: &RerankOptions) -> Result<Self, RerankLoadError> {
-        let env = ragtime_embed::ort_environment(&opts.ort_lib)
-            .map_err(|e| file_err(&opts.ort_lib, e))?;
         let model = opts.model_dir.join(&opts.model_file);
         let tok_path = opts.model_dir.join("tokenizer.json");
         let mut tokenizer = Tokenizer::from_file(&tok_path).map_err(|e| file_err(&tok_path, e))?;
-        tokenizer
-            .with_truncation(Some(TruncationParams {
-                max_length: opts.max_tokens,
-                strategy: TruncationStrategy::LongestFirst,
-                ..TruncationParams::default()
-            }))
-            .map_err(|e| file_err(&tok_path, e))?;
-        tokenizer.with_padding(Some(PaddingParams {
-            strategy: PaddingStrategy::BatchLongest,
-            ..PaddingParams::default()
-        }));
-        let session = Session::builder(&env)
-            .map_err(|e| file_err(&model, e))?
-            .with_optimization_level(GraphOptimizationLevel::Level3)
-            .map_err(|e| file_err(&model, e.to_string()))?
-            .with_intra_threads(opts.intra_threads.max(1))
-            .map_err(|e| file_err(&model, e.to_string()))?
-            .commit_from_file(&model)
-            .map_err(|e| file_err(&model, e))?;
+        configure_tokenizer(
+            &mut tokenizer,
+            &tok_path,
+            opts.max_tokens,
+            TruncationStrategy::LongestFirst,
+        )?;
+        let session = load_session(&opts.ort_lib, &model, opts.intra_threads)?;
         let names: Vec<String> = session
             .inputs()
             .iter()
@@ -122,23 +109,15 @@ impl CrossEncoder {
             .tokenizer
             .encode_batch(pairs, true)
             .map_err(|e| backend(&e))?;
-        let (batch, seq) = (enc.len(), enc.first().map_or(0, |e| e.get_ids().len()));
-        let mut ids = Vec::with_capacity(batch * seq);
-        let mut mask = Vec::with_capacity(batch * seq);
-        let mut types = Vec::with_capacity(batch * seq);
-        for e in &enc {
-            ids.extend(e.get_ids().iter().map(|&x| i64::from(x)));
-            mask.extend(e.get_attention_mask().iter().map(|&x| i64::from(x)));
-            types.extend(e.get_type_ids().iter().map(|&x| i64::from(x)));
-        }
-        let shape = [batch, seq];
-        let t = |v: Vec<i64>| Tensor::from_array((shape, v)).map_err(|e| backend(&e));
+        let inputs = BertBatch::new(&enc);
+        let batch = inputs.batch;
+        let t = |v: &[i64]| inputs.tensor(v).map_err(|e| backend(&e));
         let mut session = self.session.lock().unwrap_or_else(PoisonError::into_inner);
         let out = session
             .run(ort::inputs![
-                "input_ids" => t(ids)?,
-                "attention_mask" => t(mask)?,
-                "token_type_ids" => t(types)?,
+                "input_ids" => t(&inputs.ids)?,
+                "attention_mask" => t(&inputs.mask)?,
+                "token_type_ids" => t(&inputs.types)?,
             ])
             .map_err(|e| backend(&e))?;
         let (_, logits) = out[self.output.as_str()]
