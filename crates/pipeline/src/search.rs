@@ -163,8 +163,6 @@ pub async fn search(
         })
         .take(req.top_k)
         .collect();
-    // Keep `allowed` alive until here so both sides saw the same set.
-    drop(allowed);
     SearchOutcome {
         hits,
         report: budget.report(),

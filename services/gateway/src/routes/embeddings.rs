@@ -3,11 +3,10 @@
 
 use crate::error::{ApiError, ErrorCode};
 use crate::extract::ApiJson;
+use crate::routes::with_timing;
 use crate::state::AppState;
-use axum::Json;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use ragtime_pipeline::{Done, Outcome, Policy, RequestBudget, Stage, StagePlan};
 use serde::Deserialize;
 use serde_json::json;
@@ -153,11 +152,7 @@ pub async fn create(
         "usage": {"prompt_tokens": 0, "total_tokens": 0},
         "budget": report,
     });
-    let mut headers = HeaderMap::new();
-    if let Ok(v) = HeaderValue::from_str(&report.server_timing()) {
-        headers.insert("server-timing", v);
-    }
-    Ok((headers, Json(body)).into_response())
+    Ok(with_timing(&report, body))
 }
 
 /// Little-endian f32 bytes, standard base64 (what OpenAI clients decode).
