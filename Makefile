@@ -10,7 +10,7 @@ RAGTIME_CACHE ?= $(HOME)/.cache/ragtime
 CARGO_TARGET_DIR ?= $(RAGTIME_CACHE)/target
 export RAGTIME_CACHE CARGO_TARGET_DIR
 
-.PHONY: setup run test build bench fmt lint
+.PHONY: setup run test build bench fmt lint fetch-reranker
 
 setup:
 	@bash scripts/setup.sh
@@ -28,6 +28,10 @@ build:
 # or RAGTIME_SCIFACT). Prints figures; asserts nothing.
 bench: setup
 	cargo run --release --locked -p ragtime-bench -- all
+
+# Opt-in, needs the Hugging Face hub: ms-marco-MiniLM-L6-v2 for real reranking.
+fetch-reranker:
+	@bash scripts/fetch-reranker.sh
 
 fmt:
 	cargo fmt --all

@@ -18,6 +18,22 @@ if [ -z "${RAGTIME_TEST_RERANK_DIR:-}" ] && [ -f "$ce/tokenizer.json" ]; then
   export RAGTIME_TEST_RERANK_DIR="$ce"
 fi
 
+# The official OpenAI Python client for the end-to-end chat test, pinned,
+# from PyPI, into the cache (once per version of the requirements file).
+CACHE="${RAGTIME_CACHE:-$HOME/.cache/ragtime}"
+req=services/gateway/tests/e2e/requirements.txt
+stamp="$CACHE/.stamp-py-openai"
+want=$(sha256sum "$req" | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "test: installing the openai Python client (pinned) into $CACHE/py" >&2
+  rm -rf "$CACHE/py"
+  python3 -m pip install --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
+    --target "$CACHE/py" -r "$req" >&2 \
+    || { echo "test: pip could not install $req" >&2; exit 1; }
+  echo "$want" > "$stamp"
+fi
+export RAGTIME_TEST_PYTHONPATH="$CACHE/py"
+
 status=0
 cargo test --workspace --locked "$@" || status=$?
 

@@ -1,4 +1,9 @@
-//! `ragtime-bench scifact|vectors|all` — prints figures; asserts nothing.
+//! `ragtime-bench scifact|vectors|cache|embed|all` — prints figures; asserts nothing.
+//!
+//! - `rerank`: the shared cross-encoder: nDCG@10 by blend weight and
+//!   latency for 10/20/50 candidates (see `rerank_bench`).
+//! - `cache`: semantic-cache hit and false-hit rates on the Quora pairs
+//!   (see `cache_bench`).
 //!
 //! - `scifact`: ingests the BEIR SciFact corpus (`../shared/data/scifact`,
 //!   or `RAGTIME_SCIFACT`), reports ingest throughput, and nDCG@10 on the
@@ -8,7 +13,9 @@
 //!   and search latency / QPS / recall@10 at 100k vectors with and without
 //!   metadata filters, plus hybrid (dense + BM25 + fusion) latency.
 
+mod cache_bench;
 mod data;
+mod rerank_bench;
 mod stats;
 
 use data::{SciFact, load_scifact};
@@ -62,11 +69,21 @@ fn bench_profile() -> BudgetProfile {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let what = std::env::args().nth(1).unwrap_or_else(|| "all".into());
-    let data = load_scifact();
     println!(
         "# ragtime-bench ({} cores)",
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
+    if what == "cache" || what == "all" {
+        cache_bench::semantic_cache(cache_bench::service(load_model(env_usize(
+            "BENCH_THREADS",
+            2,
+        ))))
+        .await;
+        if what == "cache" {
+            return;
+        }
+    }
+    let data = load_scifact();
     if what == "embed" {
         embed_only(&data).await;
         return;
@@ -77,6 +94,9 @@ async fn main() {
     }
     if what == "vectors" || what == "all" {
         vectors(&rag, &data).await;
+    }
+    if what == "rerank" || what == "all" {
+        rerank_bench::rerank(&rag, &data).await;
     }
 }
 
@@ -191,6 +211,28 @@ async fn ingest_scifact(data: &SciFact) -> (Rag, tempfile::TempDir) {
     (rag, dir)
 }
 
+/// The top 100 chunks for `text` under the generous bench budget.
+async fn top100(
+    rag: &Rag,
+    index: &Arc<CollectionIndex>,
+    text: &str,
+    mode: Mode,
+) -> ragtime_pipeline::search::SearchOutcome {
+    let budget = RequestBudget::start(&bench_profile(), &SEARCH_PLAN, None);
+    search(
+        &budget,
+        &rag.embedder,
+        index,
+        &SearchRequest {
+            query: text.to_owned(),
+            top_k: 100,
+            mode,
+            filter: Filter::All,
+        },
+    )
+    .await
+}
+
 async fn scifact_quality(rag: &Rag, data: &SciFact) {
     let index = rag.collection("scifact").await.expect("collection");
     println!(
@@ -207,20 +249,8 @@ async fn scifact_quality(rag: &Rag, data: &SciFact) {
         let mut total = 0.0;
         let mut times = Vec::with_capacity(data.queries.len());
         for (qid, text) in &data.queries {
-            let budget = RequestBudget::start(&bench_profile(), &SEARCH_PLAN, None);
             let t = Instant::now();
-            let out = search(
-                &budget,
-                &rag.embedder,
-                &index,
-                &SearchRequest {
-                    query: text.clone(),
-                    top_k: 100,
-                    mode,
-                    filter: Filter::All,
-                },
-            )
-            .await;
+            let out = top100(rag, &index, text, mode).await;
             times.push(t.elapsed());
             let mut seen = HashSet::new();
             let ranked: Vec<&str> = out

@@ -65,7 +65,7 @@ fn batching_and_padding_do_not_change_a_vector() {
                 misfolded proteins from aggregating into toxic clumps"
         .to_owned();
     let alone = e
-        .embed(&[short.clone()], &Cancel::new())
+        .embed(std::slice::from_ref(&short), &Cancel::new())
         .unwrap_or_default();
     let padded = e.embed(&[long, short], &Cancel::new()).unwrap_or_default();
     let c = cos(&alone[0], &padded[1]);
@@ -257,7 +257,7 @@ async fn queries_overtake_a_bulk_ingest() {
     assert_eq!(q.len(), 384);
     // Results come back in the caller's order despite length-sorted batches.
     let direct = embedder()
-        .embed(&passages[40..42].to_vec(), &Cancel::new())
+        .embed(&passages[40..42], &Cancel::new())
         .unwrap_or_default();
     assert!(cos(&vs[40], &direct[0]) > 0.9999 && cos(&vs[41], &direct[1]) > 0.9999);
 }

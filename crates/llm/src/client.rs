@@ -34,6 +34,10 @@ impl LlmClient {
         &self.http
     }
 
+    pub(crate) fn api_key(&self) -> Option<&str> {
+        self.api_key.as_deref()
+    }
+
     /// Is the backend up and serving? Asks `GET /models`, which every
     /// OpenAI-compatible server answers, and returns the model ids.
     pub async fn check(&self, timeout: Duration) -> Result<Vec<String>, String> {
@@ -67,7 +71,7 @@ impl LlmClient {
     }
 }
 
-fn short(e: &reqwest::Error) -> String {
+pub(crate) fn short(e: &reqwest::Error) -> String {
     if e.is_timeout() {
         "timed out".into()
     } else if e.is_connect() {

@@ -8,6 +8,7 @@
 //! runs out; the stages themselves only honour the deadline they are handed.
 
 mod blocking;
+pub mod chat;
 mod engine;
 mod profile;
 pub mod rag;

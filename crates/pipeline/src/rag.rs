@@ -58,6 +58,9 @@ pub struct Rag {
     params: ChunkParams,
     /// One writer at a time per process: store and index change together.
     write_lock: tokio::sync::Mutex<()>,
+    /// The corpus version the indexes reflect (the ingest log's last id):
+    /// cached answers are only reused within one version.
+    version: std::sync::atomic::AtomicI64,
 }
 
 /// FNV-1a, 64 bit: stable across versions and platforms.
@@ -92,12 +95,25 @@ impl Rag {
             chunker,
             params,
             write_lock: tokio::sync::Mutex::new(()),
+            version: std::sync::atomic::AtomicI64::new(0),
         }
+    }
+
+    /// The corpus version the indexes reflect; it changes with every
+    /// ingest or delete that changed something.
+    pub fn version(&self) -> i64 {
+        self.version.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn advance(&self, version: i64) {
+        self.version
+            .fetch_max(version, std::sync::atomic::Ordering::AcqRel);
     }
 
     /// Rebuilds every index from the store. Returns the chunks indexed.
     pub async fn rebuild(&self) -> Result<usize, RagError> {
         let _w = self.write_lock.lock().await;
+        let version = self.store.corpus_version().await?;
         let chunks = self.store.index_chunks().await?;
         let n = chunks.len();
         let mut by_collection: HashMap<String, Vec<(ChunkEntry, Vec<f32>)>> = HashMap::new();
@@ -121,6 +137,7 @@ impl Rag {
             let idx = self.indexes.get_or_create(&name)?;
             tokio::task::block_in_place(|| idx.add(items))?;
         }
+        self.advance(version);
         Ok(n)
     }
 
@@ -206,6 +223,7 @@ impl Rag {
             });
         }
         let receipts = self.store.upsert_documents(coll_id, &new_docs).await?;
+        let versions: Vec<i64> = receipts.iter().map(|r| r.version).collect();
         // 4. Durable from here on; the indexes follow the store.
         let mut removed = Vec::new();
         let mut items = Vec::new();
@@ -257,6 +275,9 @@ impl Rag {
             index.remove(&removed)?;
             index.add(items)
         })?;
+        if let Some(v) = versions.into_iter().max() {
+            self.advance(v);
+        }
         Ok(out)
     }
 
@@ -272,6 +293,7 @@ impl Rag {
         if let Some(index) = self.indexes.get(collection) {
             index.remove(&receipt.removed_chunk_ids)?;
         }
+        self.advance(receipt.version);
         Ok(true)
     }
 }

@@ -64,30 +64,50 @@ pub async fn search(
     index: &Arc<CollectionIndex>,
     req: &SearchRequest,
 ) -> SearchOutcome {
+    let vector = embed_query(budget, embedder, &req.query, req.mode).await;
+    retrieve(budget, index, req, vector).await
+}
+
+/// The `embed` stage: the query vector, or `None` when lexical-only was
+/// asked for or the embedding overran (outcome `fallback`: the search goes
+/// on lexical-only).
+pub async fn embed_query(
+    budget: &RequestBudget,
+    embedder: &Arc<EmbedService>,
+    query: &str,
+    mode: Mode,
+) -> Option<Arc<Vec<f32>>> {
+    if mode == Mode::Lexical {
+        budget.skip(Stage::Embed, "lexical mode");
+        return None;
+    }
+    let q = query.to_owned();
+    let svc = embedder.clone();
+    budget
+        .run_with_fallback(
+            Stage::Embed,
+            |ctx| async move {
+                svc.embed_query(&q, ctx.cancel())
+                    .await
+                    .map(|(v, _)| Done::Full(Some(v)))
+            },
+            |_ctx| async { Ok(Done::Full(None)) },
+        )
+        .await
+        .value
+        .flatten()
+}
+
+/// The `retrieve` stage: dense (when there is a query vector) and lexical
+/// retrieval side by side, fused.
+pub async fn retrieve(
+    budget: &RequestBudget,
+    index: &Arc<CollectionIndex>,
+    req: &SearchRequest,
+    vector: Option<Arc<Vec<f32>>>,
+) -> SearchOutcome {
     let allowed = index.allowed(&req.filter);
     let k = candidates(req.top_k);
-
-    // 1. The query vector, unless lexical-only was asked for.
-    let vector = if req.mode == Mode::Lexical {
-        budget.skip(Stage::Embed, "lexical mode");
-        None
-    } else {
-        let q = req.query.clone();
-        let svc = embedder.clone();
-        budget
-            .run_with_fallback(
-                Stage::Embed,
-                |ctx| async move {
-                    svc.embed_query(&q, ctx.cancel())
-                        .await
-                        .map(|(v, _)| Done::Full(Some(v)))
-                },
-                |_ctx| async { Ok(Done::Full(None)) },
-            )
-            .await
-            .value
-            .flatten()
-    };
 
     // 2. Dense and lexical side by side; whichever finishes is kept.
     let want_lexical = req.mode != Mode::Dense || vector.is_none();

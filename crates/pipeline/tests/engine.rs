@@ -345,10 +345,13 @@ async fn blocking_work_stops_when_its_stage_times_out() {
 
 // --- span attributes -------------------------------------------------------
 
+/// A span or event name with its fields.
+type Record = (String, HashMap<String, String>);
+
 #[derive(Default, Clone)]
 struct Captured {
-    spans: Arc<Mutex<Vec<(String, HashMap<String, String>)>>>,
-    events: Arc<Mutex<Vec<(String, HashMap<String, String>)>>>,
+    spans: Arc<Mutex<Vec<Record>>>,
+    events: Arc<Mutex<Vec<Record>>>,
 }
 
 struct Visitor<'a>(&'a mut HashMap<String, String>);
@@ -386,10 +389,10 @@ where
         values: &tracing::span::Record<'_>,
         ctx: tracing_subscriber::layer::Context<'_, S>,
     ) {
-        if let Some(span) = ctx.span(id) {
-            if let Some(fields) = span.extensions_mut().get_mut::<HashMap<String, String>>() {
-                values.record(&mut Visitor(fields));
-            }
+        if let Some(span) = ctx.span(id)
+            && let Some(fields) = span.extensions_mut().get_mut::<HashMap<String, String>>()
+        {
+            values.record(&mut Visitor(fields));
         }
     }
     fn on_event(&self, event: &tracing::Event<'_>, ctx: tracing_subscriber::layer::Context<'_, S>) {

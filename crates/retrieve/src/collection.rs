@@ -44,8 +44,11 @@ pub struct CollectionIndex {
     lexical: Lexical,
     /// Bumped on every change; keys the filter cache.
     version: AtomicU64,
-    filter_cache: Mutex<HashMap<String, (u64, Arc<Vec<usize>>)>>,
+    filter_cache: Mutex<HashMap<String, FilterEntry>>,
 }
+
+/// A filter's allowed points, as of an index version.
+type FilterEntry = (u64, Arc<Vec<usize>>);
 
 const FILTER_CACHE_ENTRIES: usize = 256;
 
@@ -121,12 +124,12 @@ impl CollectionIndex {
         {
             let mut corpus = self.corpus.write().unwrap_or_else(PoisonError::into_inner);
             for id in chunk_ids {
-                if let Some(c) = corpus.chunks.remove(id) {
-                    if let Some(doc) = corpus.docs.get_mut(&c.document_id) {
-                        doc.chunks.retain(|x| x != id);
-                        if doc.chunks.is_empty() {
-                            corpus.docs.remove(&c.document_id);
-                        }
+                if let Some(c) = corpus.chunks.remove(id)
+                    && let Some(doc) = corpus.docs.get_mut(&c.document_id)
+                {
+                    doc.chunks.retain(|x| x != id);
+                    if doc.chunks.is_empty() {
+                        corpus.docs.remove(&c.document_id);
                     }
                 }
             }
@@ -148,10 +151,9 @@ impl CollectionIndex {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(&key)
+            && *v == version
         {
-            if *v == version {
-                return Allowed::Only(set.clone());
-            }
+            return Allowed::Only(set.clone());
         }
         let set = {
             let corpus = self.corpus.read().unwrap_or_else(PoisonError::into_inner);

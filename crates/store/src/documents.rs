@@ -2,17 +2,7 @@
 //! (`$N` placeholders work in SQLite and PostgreSQL alike); the `on_pool!`
 //! macro runs it on whichever pool the store holds.
 
-use crate::{Pool, Store, StoreError};
-use std::time::{SystemTime, UNIX_EPOCH};
-
-macro_rules! on_pool {
-    ($self:expr, $p:ident => $body:expr) => {
-        match &$self.pool {
-            Pool::Sqlite($p) => $body,
-            Pool::Postgres($p) => $body,
-        }
-    };
-}
+use crate::{Pool, Store, StoreError, now_ms};
 
 /// A chunk to store with its document.
 #[derive(Debug, Clone, PartialEq)]
@@ -89,13 +79,6 @@ pub struct IndexChunk {
     pub metadata: String,
     pub text: String,
     pub embedding: Vec<f32>,
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 /// f32 little-endian bytes.

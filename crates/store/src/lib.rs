@@ -3,8 +3,21 @@
 //! Migrations for both live in the workspace's `migrations/` folder and are
 //! embedded in the binary.
 
+/// Runs one SQL text on whichever pool the store holds (`$N` placeholders
+/// work in SQLite and PostgreSQL alike).
+macro_rules! on_pool {
+    ($self:expr, $p:ident => $body:expr) => {
+        match &$self.pool {
+            Pool::Sqlite($p) => $body,
+            Pool::Postgres($p) => $body,
+        }
+    };
+}
+
+mod conversations;
 mod documents;
 
+pub use conversations::Turn;
 pub use documents::{
     ChunkRecord, DocumentRecord, IndexChunk, NewChunk, NewDocument, Upsert, WriteReceipt,
     decode_vector, encode_vector,
@@ -124,6 +137,14 @@ impl Store {
             Pool::Postgres(p) => p.close().await,
         }
     }
+}
+
+fn now_ms() -> i64 {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
 }
 
 /// A database URL with any password replaced, for messages and logs.

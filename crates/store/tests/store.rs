@@ -166,6 +166,45 @@ async fn exercise_documents(store: &Store) {
     assert_eq!(store.index_chunks().await.expect("chunks").len(), 1);
 }
 
+async fn exercise_conversations(store: &Store) {
+    assert!(
+        store
+            .recent_turns("c1", 10)
+            .await
+            .expect("turns")
+            .is_empty()
+    );
+    assert_eq!(
+        store.conversation_collection("c1").await.expect("coll"),
+        None
+    );
+    for i in 0..4 {
+        store
+            .append_turn("c1", "default", &format!("q{i}"), &format!("a{i}"))
+            .await
+            .expect("append");
+    }
+    store
+        .append_turn("c2", "other", "elsewhere", "there")
+        .await
+        .expect("append");
+    assert_eq!(
+        store.conversation_collection("c1").await.expect("coll"),
+        Some("default".to_owned())
+    );
+    // The last three messages, oldest first, of this conversation only.
+    let t = store.recent_turns("c1", 3).await.expect("turns");
+    let got: Vec<(&str, &str)> = t
+        .iter()
+        .map(|t| (t.role.as_str(), t.content.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [("assistant", "a2"), ("user", "q3"), ("assistant", "a3")]
+    );
+    assert_eq!(store.recent_turns("c1", 100).await.expect("turns").len(), 8);
+}
+
 #[tokio::test]
 async fn sqlite_store_migrates_and_survives_reopen() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -179,6 +218,7 @@ async fn sqlite_store_migrates_and_survives_reopen() {
     check_fresh_store(&again).await;
     assert!(dir.path().join("ragtime.db").is_file());
     exercise_documents(&again).await;
+    exercise_conversations(&again).await;
 }
 
 #[tokio::test]
@@ -194,6 +234,7 @@ async fn postgres_store_migrates_and_survives_reopen() {
     let again = Store::open(&db.url).await.expect("reopen postgres");
     check_fresh_store(&again).await;
     exercise_documents(&again).await;
+    exercise_conversations(&again).await;
     again.close().await;
     db.drop_db().await;
 }

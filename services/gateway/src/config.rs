@@ -61,8 +61,54 @@ pub struct Config {
     pub chunking: ChunkingConfig,
     pub rerank: RerankConfig,
     pub llm: LlmConfig,
+    pub chat: ChatConfig,
+    pub cache: CacheConfig,
     pub budgets: BudgetProfile,
     pub telemetry: TelemetryConfig,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ChatConfig {
+    /// Passages put into the prompt (a request's `top_k` overrides it).
+    pub top_k: usize,
+    /// Earlier messages of a stored conversation put into the prompt.
+    pub history_messages: usize,
+}
+
+impl Default for ChatConfig {
+    fn default() -> Self {
+        Self {
+            top_k: 5,
+            history_messages: 6,
+        }
+    }
+}
+
+/// The semantic response cache (`[cache]`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheConfig {
+    pub enabled: bool,
+    pub max_entries: u64,
+    pub ttl_s: u64,
+    /// Cached questions below this cosine similarity are never considered.
+    pub min_cosine: f32,
+    /// The verifier's score a candidate needs to hit (0–1).
+    pub min_score: f32,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        let d = ragtime_cache::CacheOptions::default();
+        Self {
+            enabled: true,
+            max_entries: d.max_entries,
+            ttl_s: d.ttl.as_secs(),
+            min_cosine: d.min_cosine,
+            min_score: d.min_score,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -190,6 +236,8 @@ impl Default for Config {
             chunking: ChunkingConfig::default(),
             rerank: RerankConfig::default(),
             llm: LlmConfig::default(),
+            chat: ChatConfig::default(),
+            cache: CacheConfig::default(),
             budgets: BudgetProfile::default(),
             telemetry: TelemetryConfig::default(),
         }
@@ -269,10 +317,10 @@ impl Config {
         }
         let fig = fig.merge(Env::prefixed("RAGTIME__").split("__"));
         let mut config: Config = fig.extract().map_err(|e| ConfigError::Load(describe(&e)))?;
-        if let Ok(endpoint) = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT") {
-            if !endpoint.trim().is_empty() {
-                config.telemetry.otlp_endpoint = Some(endpoint);
-            }
+        if let Ok(endpoint) = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
+            && !endpoint.trim().is_empty()
+        {
+            config.telemetry.otlp_endpoint = Some(endpoint);
         }
         config.validate()?;
         Ok(config)
@@ -283,13 +331,13 @@ impl Config {
         self.budgets
             .validate()
             .map_err(|e| invalid(&format!("budgets.{}", e.field), e.message))?;
-        if let Some(url) = &self.llm.base_url {
-            if !(url.starts_with("http://") || url.starts_with("https://")) {
-                return Err(invalid(
-                    "llm.base_url",
-                    format!("{url:?} is not an http(s) URL"),
-                ));
-            }
+        if let Some(url) = &self.llm.base_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            return Err(invalid(
+                "llm.base_url",
+                format!("{url:?} is not an http(s) URL"),
+            ));
         }
         if let Some(Secret(url)) = &self.database_url {
             let ok = ["sqlite:", "postgres://", "postgresql://"]
@@ -302,10 +350,10 @@ impl Config {
                 ));
             }
         }
-        if let Some(Secret(k)) = &self.admin_key {
-            if k.len() < 16 {
-                return Err(invalid("admin_key", "must be at least 16 characters"));
-            }
+        if let Some(Secret(k)) = &self.admin_key
+            && k.len() < 16
+        {
+            return Err(invalid("admin_key", "must be at least 16 characters"));
         }
         if self.llm.model.trim().is_empty() {
             return Err(invalid("llm.model", "must not be empty"));
@@ -353,6 +401,25 @@ impl Config {
             return Err(invalid(
                 "llm.threads",
                 "llm.threads and llm.parallel must be at least 1",
+            ));
+        }
+        if !(1..=50).contains(&self.chat.top_k) {
+            return Err(invalid("chat.top_k", "must be between 1 and 50"));
+        }
+        if self.chat.history_messages > 100 {
+            return Err(invalid("chat.history_messages", "must be at most 100"));
+        }
+        let k = &self.cache;
+        if !(-1.0..=1.0).contains(&k.min_cosine) {
+            return Err(invalid("cache.min_cosine", "must be between -1 and 1"));
+        }
+        if !(0.0..=1.0).contains(&k.min_score) {
+            return Err(invalid("cache.min_score", "must be between 0 and 1"));
+        }
+        if k.enabled && (k.max_entries == 0 || k.ttl_s == 0) {
+            return Err(invalid(
+                "cache.max_entries",
+                "cache.max_entries and cache.ttl_s must be positive (or set cache.enabled = false)",
             ));
         }
         if self.server.body_limit_bytes < 1024 {

@@ -1,8 +1,9 @@
 //! What every request handler can reach.
 
 use crate::config::Config;
-use ragtime_llm::{LlmClient, LocalServer};
+use ragtime_llm::{BackendStats, LlmClient, LocalServer};
 use ragtime_pipeline::BudgetProfile;
+use ragtime_pipeline::chat::AnswerCache;
 use ragtime_pipeline::rag::Rag;
 use ragtime_store::Store;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
@@ -25,6 +26,10 @@ pub struct AppState {
     rag_state: Mutex<ModelState>,
     /// The cross-encoder, when `rerank.model_dir` is configured.
     pub reranker: OnceLock<Arc<ragtime_rerank::CrossEncoder>>,
+    /// What the LLM backend has shown of its speed (prefill, per token).
+    pub llm_stats: BackendStats,
+    /// The semantic response cache, unless turned off.
+    pub answers: Option<AnswerCache>,
 }
 
 impl AppState {
@@ -36,13 +41,26 @@ impl AppState {
     ) -> Self {
         Self {
             budgets: RwLock::new(config.budgets),
-            config,
             store,
             llm,
             local_llm: Mutex::new(local_llm),
             rag: OnceLock::new(),
             rag_state: Mutex::new(ModelState::Loading),
             reranker: OnceLock::new(),
+            llm_stats: BackendStats::default(),
+            answers: config.cache.enabled.then(|| {
+                let c = &config.cache;
+                AnswerCache::new(
+                    ragtime_cache::CacheOptions {
+                        max_entries: c.max_entries,
+                        ttl: std::time::Duration::from_secs(c.ttl_s),
+                        min_cosine: c.min_cosine,
+                        min_score: c.min_score,
+                    },
+                    ragtime_cache::Verifier::default(),
+                )
+            }),
+            config,
         }
     }
 

@@ -71,13 +71,13 @@ pub async fn create(
             ));
         }
     }
-    if let Some(m) = &req.model {
-        if m != MODEL {
-            return Err(ApiError::invalid(
-                "model",
-                format!("unknown model {m:?}; this server embeds with {MODEL:?}"),
-            ));
-        }
+    if let Some(m) = &req.model
+        && m != MODEL
+    {
+        return Err(ApiError::invalid(
+            "model",
+            format!("unknown model {m:?}; this server embeds with {MODEL:?}"),
+        ));
     }
     let base64 = match req.encoding_format.as_deref() {
         None | Some("float") => false,

@@ -1,5 +1,6 @@
 //! One file per route resource.
 
+mod chat;
 pub mod documents;
 mod embeddings;
 mod health;
@@ -27,6 +28,8 @@ pub fn router(state: Arc<AppState>) -> Router {
             get(documents::get).delete(documents::delete),
         )
         .route("/v1/search", post(search::search_route))
+        .route("/v1/chat/completions", post(chat::completions))
+        .route("/v1/models", get(chat::models))
         .with_state(state)
 }
 

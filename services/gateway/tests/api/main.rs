@@ -2,12 +2,15 @@
 //! `Application` on port 0 with its own data folder, the real ONNX model and
 //! (unless a test points elsewhere) the real supervised llama-server.
 
+mod chat;
 mod cli;
 mod embeddings;
 mod errors;
+mod fake_llm;
 mod health;
 mod helpers;
 mod lifecycle;
+mod openai_e2e;
 mod rerank;
 mod search;
 mod upload;

@@ -1,0 +1,502 @@
+//! `POST /v1/chat/completions` against a fault-injecting backend: partial
+//! answers when the first token is late or generation stalls, the semantic
+//! cache, conversations, the prompt the backend sees, bad input.
+
+use crate::fake_llm::{Behaviour, FakeLlm};
+use crate::helpers::{TestApp, error_of, spawn_app_with};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+const TOTAL_MS: u64 = 3000;
+
+async fn app_with(fake: &FakeLlm) -> TestApp {
+    let url = fake.base_url.clone();
+    let app = spawn_app_with(move |c| {
+        c.llm.base_url = Some(url);
+        c.budgets.total_ms = TOTAL_MS;
+        c.budgets.cache_ms = 20;
+        c.budgets.embed_ms = 300;
+        c.budgets.retrieve_ms = 300;
+        c.budgets.rerank_ms = 0;
+        c.budgets.llm_ttft_ms = 600;
+        c.budgets.llm_generate_ms = 1200;
+    })
+    .await;
+    app.wait_ready().await;
+    let r = app
+        .post_json(
+            "/v1/documents",
+            json!({"documents": [
+                {"id": "mito", "title": "Mitochondria", "text": "Mitochondria produce ATP for the cell through oxidative phosphorylation. They have their own DNA."},
+                {"id": "vaccine", "title": "Vaccines", "text": "Vaccines train the immune system to recognise a pathogen without causing disease."},
+                {"id": "market", "title": "Markets", "text": "Stock markets rallied on Monday after the central bank cut interest rates."},
+            ]}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    app
+}
+
+fn ask(q: &str) -> Value {
+    json!({"model": "ragtime", "messages": [{"role": "user", "content": q}]})
+}
+
+async fn chat(app: &TestApp, body: Value) -> (Value, Duration) {
+    let t = Instant::now();
+    let r = app.post_json("/v1/chat/completions", body).await;
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.expect("json");
+    (v, t.elapsed())
+}
+
+/// Streams a chat; returns every chunk, whether `[DONE]` came, and the
+/// time until the stream ended.
+async fn chat_stream(app: &TestApp, mut body: Value) -> (Vec<Value>, bool, Duration) {
+    body["stream"] = json!(true);
+    let t = Instant::now();
+    let mut r = app.post_json("/v1/chat/completions", body).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok()),
+        Some("text/event-stream")
+    );
+    let mut buf = String::new();
+    while let Some(bytes) = r.chunk().await.expect("chunk") {
+        buf.push_str(&String::from_utf8_lossy(&bytes));
+    }
+    let elapsed = t.elapsed();
+    let mut chunks = Vec::new();
+    let mut done = false;
+    for frame in buf.split("\n\n").filter(|f| !f.trim().is_empty()) {
+        let data = frame.strip_prefix("data: ").expect("data frame");
+        if data == "[DONE]" {
+            done = true;
+        } else {
+            assert!(!done, "a chunk after [DONE]");
+            chunks.push(serde_json::from_str(data).expect("chunk json"));
+        }
+    }
+    (chunks, done, elapsed)
+}
+
+fn content(chunks: &[Value]) -> String {
+    chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect()
+}
+
+fn outcome<'a>(b: &'a Value, stage: &str) -> &'a str {
+    b["budget"]["stages"]
+        .as_array()
+        .and_then(|a| a.iter().find(|s| s["stage"] == stage))
+        .and_then(|s| s["outcome"].as_str())
+        .unwrap_or("absent")
+}
+
+fn cited(b: &Value) -> Vec<String> {
+    b["citations"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|c| c["document_id"].as_str().unwrap_or_default().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_first_token_gives_an_extractive_answer_within_the_budget() {
+    let fake = FakeLlm::start(Behaviour::StallBeforeFirstToken).await;
+    let app = app_with(&fake).await;
+
+    let (b, elapsed) = chat(&app, ask("What do mitochondria produce for the cell?")).await;
+    assert!(
+        elapsed <= Duration::from_millis(TOTAL_MS + 50),
+        "{elapsed:?}"
+    );
+    assert_eq!(b["partial"], true, "{b}");
+    assert_eq!(b["partial_reason"], "llm_ttft");
+    assert_eq!(b["cached"], false);
+    assert_eq!(outcome(&b, "llm_ttft"), "timeout");
+    assert_eq!(outcome(&b, "llm_generate"), "skipped");
+    assert_eq!(b["choices"][0]["finish_reason"], "stop");
+    let text = b["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        text.contains("Mitochondria produce ATP") && text.contains("[1]"),
+        "{text}"
+    );
+    assert_eq!(cited(&b).first().map(String::as_str), Some("mito"), "{b}");
+    assert!(
+        b["citations"][0]["snippet"]
+            .as_str()
+            .is_some_and(|s| !s.is_empty())
+    );
+
+    // Streamed, with a tighter per-request budget: the stages shrink with it
+    // and the stream still ends cleanly within it.
+    let mut body = ask("What do mitochondria produce for the cell?");
+    body["budget_ms"] = json!(1500);
+    let (chunks, done, elapsed) = chat_stream(&app, body).await;
+    assert!(done);
+    assert!(elapsed <= Duration::from_millis(1500 + 50), "{elapsed:?}");
+    let last = chunks.last().expect("chunks");
+    assert_eq!(last["partial_reason"], "llm_ttft");
+    assert_eq!(last["budget"]["total_ms"], 1500);
+    assert!(content(&chunks).contains("Mitochondria produce ATP"));
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    assert_eq!(chunks[0]["object"], "chat.completion.chunk");
+    // Both requests reached the backend; neither answer was cached.
+    assert_eq!(fake.seen().len(), 2);
+    app.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stall_mid_stream_keeps_what_was_streamed_and_ends_with_length() {
+    let fake = FakeLlm::start(Behaviour::StallAfter { tokens: 3 }).await;
+    let app = app_with(&fake).await;
+
+    let (chunks, done, elapsed) =
+        chat_stream(&app, ask("What do mitochondria produce for the cell?")).await;
+    assert!(done);
+    assert!(
+        elapsed <= Duration::from_millis(TOTAL_MS + 50),
+        "{elapsed:?}"
+    );
+    assert_eq!(content(&chunks), "tok0 tok1 tok2 ");
+    let last = chunks.last().expect("chunks");
+    assert_eq!(last["choices"][0]["finish_reason"], "length");
+    assert_eq!(last["partial"], true);
+    assert_eq!(last["partial_reason"], "llm_generate");
+    assert_eq!(outcome(last, "llm_ttft"), "ok");
+    assert_eq!(outcome(last, "llm_generate"), "partial");
+    assert_eq!(cited(last).first().map(String::as_str), Some("mito"));
+
+    // Not streamed: the same story in one body, and a partial answer is
+    // never cached.
+    let (b, elapsed) = chat(&app, ask("What do mitochondria produce for the cell?")).await;
+    assert!(
+        elapsed <= Duration::from_millis(TOTAL_MS + 50),
+        "{elapsed:?}"
+    );
+    assert_eq!(b["choices"][0]["message"]["content"], "tok0 tok1 tok2 ");
+    assert_eq!(b["choices"][0]["finish_reason"], "length");
+    assert_eq!(b["cached"], false);
+    assert_eq!(fake.seen().len(), 2);
+    app.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_answers_are_cached_for_paraphrases_until_the_corpus_changes() {
+    let fake = FakeLlm::start(Behaviour::Answer {
+        tokens: 5,
+        gap: Duration::from_millis(5),
+    })
+    .await;
+    let app = app_with(&fake).await;
+    let tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let r = app
+        .http
+        .post(app.url("/v1/chat/completions"))
+        .header("traceparent", tp)
+        .json(&ask("What do mitochondria produce for the cell?"))
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(r.status(), 200);
+    assert!(
+        r.headers()
+            .get("server-timing")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|t| t.contains("llm_ttft;desc=\"ok\"")),
+    );
+    let b: Value = r.json().await.expect("json");
+    assert_eq!(b["object"], "chat.completion");
+    assert_eq!(
+        b["choices"][0]["message"]["content"],
+        "tok0 tok1 tok2 tok3 tok4 "
+    );
+    assert_eq!(b["choices"][0]["finish_reason"], "stop");
+    assert_eq!(
+        (b["partial"].clone(), b["cached"].clone()),
+        (json!(false), json!(false)),
+        "{b}"
+    );
+    assert!(b["partial_reason"].is_null());
+    assert_eq!(b["usage"]["completion_tokens"], 5);
+    let stages: Vec<&str> = b["budget"]["stages"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|s| s["stage"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(
+        stages,
+        [
+            "embed",
+            "cache",
+            "retrieve",
+            "rerank",
+            "llm_ttft",
+            "llm_generate"
+        ]
+    );
+
+    // What the backend got: static content first, the question last.
+    let seen = fake.seen();
+    assert_eq!(seen.len(), 1);
+    let req = &seen[0].body;
+    assert_eq!(seen[0].traceparent.as_deref(), Some(tp));
+    assert_eq!(req["stream"], true);
+    let msgs = req["messages"].as_array().expect("messages");
+    assert_eq!(msgs[0]["role"], "system");
+    assert!(
+        msgs[0]["content"]
+            .as_str()
+            .is_some_and(|s| s.contains("Mitochondria produce ATP"))
+    );
+    assert_eq!(msgs.last().map(|m| m["role"].clone()), Some(json!("user")));
+    assert_eq!(
+        msgs.last().map(|m| m["content"].clone()),
+        Some(json!("What do mitochondria produce for the cell?"))
+    );
+    assert!(
+        req["max_tokens"]
+            .as_u64()
+            .is_some_and(|n| (1..=512).contains(&n)),
+        "{req}"
+    );
+
+    // A paraphrase is answered from the cache, without the backend.
+    let (b, _) = chat(&app, ask("what do the mitochondria produce for the cell")).await;
+    assert_eq!(b["cached"], true, "{b}");
+    assert_eq!(b["partial"], false);
+    assert_eq!(
+        b["choices"][0]["message"]["content"],
+        "tok0 tok1 tok2 tok3 tok4 "
+    );
+    assert_eq!(cited(&b).first().map(String::as_str), Some("mito"));
+    assert_eq!(outcome(&b, "cache"), "ok");
+    assert_eq!(outcome(&b, "llm_ttft"), "skipped");
+    assert_eq!(fake.seen().len(), 1);
+    // Streamed cache hits carry the same flag.
+    let (chunks, done, _) =
+        chat_stream(&app, ask("What do mitochondria produce for the cell?")).await;
+    assert!(done);
+    assert_eq!(
+        chunks.last().map(|c| c["cached"].clone()),
+        Some(json!(true))
+    );
+    assert_eq!(fake.seen().len(), 1);
+
+    // A negation is a different question, however close its embedding.
+    let (b, _) = chat(&app, ask("What do mitochondria not produce for the cell?")).await;
+    assert_eq!(b["cached"], false);
+    assert_eq!(fake.seen().len(), 2);
+    // Another filter is another scope.
+    let mut body = ask("What do mitochondria produce for the cell?");
+    body["filter"] = json!({"lang": "en"});
+    let (b, _) = chat(&app, body).await;
+    assert_eq!(b["cached"], false);
+    assert_eq!(fake.seen().len(), 3);
+
+    // Ingesting changes the corpus version: the old answer is not reused.
+    let r = app
+        .post_json(
+            "/v1/documents",
+            json!({"documents": [{"id": "chloro", "title": "Chloroplasts", "text": "Chloroplasts capture light energy."}]}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let (b, _) = chat(&app, ask("What do mitochondria produce for the cell?")).await;
+    assert_eq!(b["cached"], false);
+    assert_eq!(fake.seen().len(), 4);
+    app.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conversations_are_stored_and_their_last_turns_reach_the_prompt() {
+    let fake = FakeLlm::start(Behaviour::Answer {
+        tokens: 2,
+        gap: Duration::from_millis(1),
+    })
+    .await;
+    let app = app_with(&fake).await;
+    let mut first = ask("What do mitochondria produce?");
+    first["conversation_id"] = json!("conv-1");
+    let (b, _) = chat(&app, first).await;
+    assert_eq!(b["conversation_id"], "conv-1");
+    let mut second = ask("And do they have DNA?");
+    second["conversation_id"] = json!("conv-1");
+    let (b, _) = chat(&app, second).await;
+    assert_eq!(
+        outcome(&b, "cache"),
+        "skipped",
+        "follow-ups depend on context"
+    );
+    let seen = fake.seen();
+    let msgs = seen[1].body["messages"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let turns: Vec<(String, String)> = msgs
+        .iter()
+        .map(|m| {
+            (
+                m["role"].as_str().unwrap_or_default().to_owned(),
+                m["content"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(turns.len(), 4, "{turns:?}");
+    assert_eq!(turns[0].0, "system");
+    assert_eq!(
+        turns[1],
+        ("user".into(), "What do mitochondria produce?".into())
+    );
+    assert_eq!(turns[2], ("assistant".into(), "tok0 tok1 ".into()));
+    assert_eq!(turns[3], ("user".into(), "And do they have DNA?".into()));
+
+    // Without an id, one is made up and returned.
+    let (b, _) = chat(&app, ask("hello?")).await;
+    assert!(b["conversation_id"].as_str().is_some_and(|s| s.len() >= 32));
+    // A conversation stays in its collection.
+    let r = app
+        .post_json(
+            "/v1/documents",
+            json!({"collection": "other", "documents": [{"id": "x", "text": "other text"}]}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let mut wrong = ask("more?");
+    wrong["conversation_id"] = json!("conv-1");
+    wrong["collection"] = json!("other");
+    let (status, code, field, _) =
+        error_of(app.post_json("/v1/chat/completions", wrong).await).await;
+    assert_eq!(
+        (status, code.as_str(), field.as_deref()),
+        (422, "invalid_request", Some("conversation_id"))
+    );
+    app.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_chat_requests_name_the_field_and_reach_no_backend() {
+    let fake = FakeLlm::start(Behaviour::Answer {
+        tokens: 1,
+        gap: Duration::ZERO,
+    })
+    .await;
+    let app = app_with(&fake).await;
+    let user = |c: Value| json!({"role": "user", "content": c});
+    let cases: Vec<(Value, u16, &str)> = vec![
+        (json!({"messages": [user(json!("hi"))]}), 422, "model"),
+        (json!({"model": "m"}), 422, "messages"),
+        (json!({"model": "m", "messages": []}), 422, "messages"),
+        (
+            json!({"model": "m", "messages": [{"role": "wizard", "content": "hi"}]}),
+            422,
+            "messages[0].role",
+        ),
+        (
+            json!({"model": "m", "messages": [user(json!("hi")), {"role": "assistant", "content": "yo"}]}),
+            422,
+            "messages[1].role",
+        ),
+        (
+            json!({"model": "m", "messages": [user(json!("   "))]}),
+            422,
+            "messages[0].content",
+        ),
+        (
+            json!({"model": "m", "messages": [user(json!(42))]}),
+            422,
+            "messages[0].content",
+        ),
+        (
+            json!({"model": "m", "messages": [user(json!([{"type": "image_url", "image_url": {"url": "x"}}]))]}),
+            422,
+            "messages[0].content[0].type",
+        ),
+        (
+            json!({"model": "m", "messages": [user(json!("hi"))], "n": 2}),
+            422,
+            "n",
+        ),
+        (
+            json!({"model": "m", "messages": [user(json!("hi"))], "temperature": 3.5}),
+            422,
+            "temperature",
+        ),
+        (
+            json!({"model": "m", "messages": [user(json!("hi"))], "max_tokens": 0}),
+            422,
+            "max_tokens",
+        ),
+        (
+            json!({"model": "m", "messages": [user(json!("hi"))], "top_k": 0}),
+            422,
+            "top_k",
+        ),
+        (
+            json!({"model": "m", "messages": [user(json!("hi"))], "budget_ms": 0}),
+            422,
+            "budget_ms",
+        ),
+        (
+            json!({"model": "m", "messages": [user(json!("hi"))], "stream": "yes"}),
+            422,
+            "stream",
+        ),
+        (
+            json!({"model": "m", "messages": [user(json!("hi"))], "conversation_id": "no spaces"}),
+            422,
+            "conversation_id",
+        ),
+        (
+            json!({"model": "m", "messages": [user(json!("hi"))], "filter": {"year": {"$gt": "x", "$bogus": 1}}}),
+            422,
+            "filter.year.$bogus",
+        ),
+        (
+            json!({"model": "m", "messages": [user(json!("hi"))], "collection": "nope"}),
+            404,
+            "collection",
+        ),
+    ];
+    for (body, want_status, want_field) in cases {
+        let r = app.post_json("/v1/chat/completions", body.clone()).await;
+        let (status, _, field, err) = error_of(r).await;
+        assert_eq!(status, want_status, "{body} → {err}");
+        assert_eq!(field.as_deref(), Some(want_field), "{body} → {err}");
+    }
+    // Malformed JSON is a 400.
+    let r = app
+        .http
+        .post(app.url("/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body("{\"model\": ")
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(r.status(), 400);
+    assert!(
+        fake.seen().is_empty(),
+        "a refused request reached the backend"
+    );
+
+    // The model list answers for OpenAI clients.
+    let r = app
+        .http
+        .get(app.url("/v1/models"))
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(r.status(), 200);
+    let b: Value = r.json().await.expect("json");
+    assert_eq!(b["object"], "list");
+    assert!(b["data"][0]["id"].is_string());
+    app.shutdown().await.expect("shutdown");
+}

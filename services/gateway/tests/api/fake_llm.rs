@@ -1,0 +1,131 @@
+//! A deliberately misbehaving OpenAI-compatible backend for fault
+//! injection: it can stall before the first token or in the middle of the
+//! stream. It records every request it gets.
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy)]
+pub enum Behaviour {
+    /// Streams `tokens` tokens, `gap` apart, then finishes.
+    Answer { tokens: usize, gap: Duration },
+    /// Answers the headers, then sends nothing for a minute.
+    StallBeforeFirstToken,
+    /// Streams `tokens` tokens, then sends nothing for a minute.
+    StallAfter { tokens: usize },
+}
+
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub body: Value,
+    pub traceparent: Option<String>,
+}
+
+struct Inner {
+    behaviour: Behaviour,
+    seen: Mutex<Vec<Seen>>,
+}
+
+#[derive(Clone)]
+pub struct FakeLlm {
+    inner: Arc<Inner>,
+    pub base_url: String,
+}
+
+impl FakeLlm {
+    pub async fn start(behaviour: Behaviour) -> FakeLlm {
+        let inner = Arc::new(Inner {
+            behaviour,
+            seen: Mutex::new(Vec::new()),
+        });
+        let app = Router::new()
+            .route("/v1/models", get(models))
+            .route("/v1/chat/completions", post(completions))
+            .with_state(inner.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        FakeLlm {
+            inner,
+            base_url: format!("http://127.0.0.1:{port}/v1"),
+        }
+    }
+
+    pub fn seen(&self) -> Vec<Seen> {
+        self.inner.seen.lock().expect("lock").clone()
+    }
+}
+
+async fn models() -> Response {
+    axum::Json(json!({"object": "list", "data": [{"id": "fake", "object": "model"}]}))
+        .into_response()
+}
+
+fn token_frame(i: usize) -> Bytes {
+    let v = json!({"choices": [{"index": 0, "delta": {"content": format!("tok{i} ")}, "finish_reason": null}]});
+    Bytes::from(format!("data: {v}\n\n"))
+}
+
+async fn completions(
+    State(inner): State<Arc<Inner>>,
+    headers: HeaderMap,
+    axum::Json(body): axum::Json<Value>,
+) -> Response {
+    inner.seen.lock().expect("lock").push(Seen {
+        body,
+        traceparent: headers
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
+    });
+    let behaviour = inner.behaviour;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::convert::Infallible>>(16);
+    tokio::spawn(async move {
+        match behaviour {
+            Behaviour::Answer { tokens, gap } => {
+                for i in 0..tokens {
+                    if tx.send(Ok(token_frame(i))).await.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(gap).await;
+                }
+                let end = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]});
+                let usage = json!({"choices": [], "usage": {"prompt_tokens": 100, "completion_tokens": tokens}});
+                let _ = tx.send(Ok(Bytes::from(format!("data: {end}\n\n")))).await;
+                let _ = tx.send(Ok(Bytes::from(format!("data: {usage}\n\n")))).await;
+                let _ = tx.send(Ok(Bytes::from_static(b"data: [DONE]\n\n"))).await;
+            }
+            Behaviour::StallBeforeFirstToken => {
+                let _ = tx.send(Ok(Bytes::from_static(b": waiting\n\n"))).await;
+                tokio::time::sleep(Duration::from_secs(60)).await;
+            }
+            Behaviour::StallAfter { tokens } => {
+                for i in 0..tokens {
+                    if tx.send(Ok(token_frame(i))).await.is_err() {
+                        return;
+                    }
+                }
+                tokio::time::sleep(Duration::from_secs(60)).await;
+            }
+        }
+    });
+    let stream =
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (b, rx)) });
+    let mut resp = Body::from_stream(stream).into_response();
+    resp.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("text/event-stream"),
+    );
+    resp
+}
