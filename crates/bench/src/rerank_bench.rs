@@ -24,7 +24,7 @@ fn model_dir() -> PathBuf {
         })
 }
 
-fn load(file: &str) -> CrossEncoder {
+pub fn load(file: &str) -> CrossEncoder {
     CrossEncoder::load(&RerankOptions {
         model_dir: model_dir(),
         model_file: file.to_owned(),

@@ -92,10 +92,9 @@ pub struct CacheConfig {
     pub enabled: bool,
     pub max_entries: u64,
     pub ttl_s: u64,
-    /// Cached questions below this cosine similarity are never considered.
+    /// A cached question at least this similar (cosine) to the new one,
+    /// and not vetoed (negation, number, swapped entities), is a hit.
     pub min_cosine: f32,
-    /// The verifier's score a candidate needs to hit (0–1).
-    pub min_score: f32,
 }
 
 impl Default for CacheConfig {
@@ -106,7 +105,6 @@ impl Default for CacheConfig {
             max_entries: d.max_entries,
             ttl_s: d.ttl.as_secs(),
             min_cosine: d.min_cosine,
-            min_score: d.min_score,
         }
     }
 }
@@ -412,9 +410,6 @@ impl Config {
         let k = &self.cache;
         if !(-1.0..=1.0).contains(&k.min_cosine) {
             return Err(invalid("cache.min_cosine", "must be between -1 and 1"));
-        }
-        if !(0.0..=1.0).contains(&k.min_score) {
-            return Err(invalid("cache.min_score", "must be between 0 and 1"));
         }
         if k.enabled && (k.max_entries == 0 || k.ttl_s == 0) {
             return Err(invalid(

@@ -50,15 +50,11 @@ impl AppState {
             llm_stats: BackendStats::default(),
             answers: config.cache.enabled.then(|| {
                 let c = &config.cache;
-                AnswerCache::new(
-                    ragtime_cache::CacheOptions {
-                        max_entries: c.max_entries,
-                        ttl: std::time::Duration::from_secs(c.ttl_s),
-                        min_cosine: c.min_cosine,
-                        min_score: c.min_score,
-                    },
-                    ragtime_cache::Verifier::default(),
-                )
+                AnswerCache::new(ragtime_cache::CacheOptions {
+                    max_entries: c.max_entries,
+                    ttl: std::time::Duration::from_secs(c.ttl_s),
+                    min_cosine: c.min_cosine,
+                })
             }),
             config,
         }

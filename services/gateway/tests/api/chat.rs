@@ -270,7 +270,11 @@ async fn full_answers_are_cached_for_paraphrases_until_the_corpus_changes() {
     );
 
     // A paraphrase is answered from the cache, without the backend.
-    let (b, _) = chat(&app, ask("what do the mitochondria produce for the cell")).await;
+    let (b, _) = chat(
+        &app,
+        ask("What does the mitochondria produce for the cell?"),
+    )
+    .await;
     assert_eq!(b["cached"], true, "{b}");
     assert_eq!(b["partial"], false);
     assert_eq!(
