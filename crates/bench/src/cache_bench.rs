@@ -91,8 +91,12 @@ pub async fn semantic_cache(svc: Arc<EmbedService>) {
             .enumerate()
             .map(|(i, (a, b, dup))| {
                 let logit = ce.as_ref().map_or(0.0, |ce| {
-                    let x = ce.score(a, &[b.clone()], &Cancel::new()).expect("ce")[0];
-                    let y = ce.score(b, &[a.clone()], &Cancel::new()).expect("ce")[0];
+                    let x = ce
+                        .score(a, std::slice::from_ref(b), &Cancel::new())
+                        .expect("ce")[0];
+                    let y = ce
+                        .score(b, std::slice::from_ref(a), &Cancel::new())
+                        .expect("ce")[0];
                     (x + y) / 2.0
                 });
                 format!("{a}\t{b}\t{}\t{}\t{logit}", u8::from(*dup), cosine(i))
