@@ -2,6 +2,8 @@
 //!
 //! - `rerank`: the shared cross-encoder: nDCG@10 by blend weight and
 //!   latency for 10/20/50 candidates (see `rerank_bench`).
+//! - `chat`: end-to-end time to first token on the local LLM and semantic
+//!   cache-hit latency (see `chat_bench`; not part of `all`).
 //! - `cache`: semantic-cache hit and false-hit rates on the Quora pairs
 //!   (see `cache_bench`).
 //!
@@ -14,6 +16,7 @@
 //!   metadata filters, plus hybrid (dense + BM25 + fusion) latency.
 
 mod cache_bench;
+mod chat_bench;
 mod data;
 mod rerank_bench;
 mod stats;
@@ -88,6 +91,11 @@ async fn main() {
         embed_only(&data).await;
         return;
     }
+    if what == "chat" {
+        let (rag, _dir) = new_rag().await;
+        chat_bench::chat_bench(&rag, &data).await;
+        return;
+    }
     let (rag, _dir) = ingest_scifact(&data).await;
     if what == "scifact" || what == "all" {
         scifact_quality(&rag, &data).await;
@@ -150,7 +158,8 @@ async fn embed_only(data: &SciFact) {
     );
 }
 
-async fn ingest_scifact(data: &SciFact) -> (Rag, tempfile::TempDir) {
+/// A fresh engine on a temporary SQLite store.
+async fn new_rag() -> (Rag, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Store::open(&Store::sqlite_url(dir.path()))
         .await
@@ -175,6 +184,17 @@ async fn ingest_scifact(data: &SciFact) -> (Rag, tempfile::TempDir) {
             max_tokens,
             overlap,
         },
+    );
+    (rag, dir)
+}
+
+async fn ingest_scifact(data: &SciFact) -> (Rag, tempfile::TempDir) {
+    let (rag, dir) = new_rag().await;
+    let threads = env_usize("BENCH_THREADS", 2);
+    let workers = env_usize("BENCH_WORKERS", 1);
+    let (max_tokens, overlap) = (
+        env_usize("BENCH_CHUNK", 128),
+        env_usize("BENCH_OVERLAP", 24),
     );
     let t0 = Instant::now();
     let mut chunks = 0usize;

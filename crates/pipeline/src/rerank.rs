@@ -11,6 +11,10 @@ use ragtime_core::{Outcome, Stage};
 use ragtime_rerank::CrossEncoder;
 use std::sync::Arc;
 
+/// The cross-encoder's weight in the blend by default, chosen on the SciFact
+/// train queries (`ragtime-bench rerank`).
+pub const DEFAULT_WEIGHT: f32 = 0.5;
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RerankParams {
     /// Candidates considered (best-first by retrieval rank).

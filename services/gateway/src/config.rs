@@ -182,7 +182,7 @@ impl Default for RerankConfig {
             model_file: "model.onnx".into(),
             depth: 20,
             batch: 4,
-            weight: 0.5,
+            weight: ragtime_pipeline::rerank::DEFAULT_WEIGHT,
             max_tokens: 256,
         }
     }

@@ -150,8 +150,11 @@ async fn a_late_first_token_gives_an_extractive_answer_within_the_budget() {
     assert!(content(&chunks).contains("Mitochondria produce ATP"));
     assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
     assert_eq!(chunks[0]["object"], "chat.completion.chunk");
-    // Both requests reached the backend; neither answer was cached.
+    // Both requests reached the backend, and ragtime hung up on both at
+    // their deadlines (which is how a backend learns to stop); neither
+    // answer was cached.
     assert_eq!(fake.seen().len(), 2);
+    assert_eq!(fake.hung_up(2).await, 2);
     app.shutdown().await.expect("shutdown");
 }
 
@@ -187,6 +190,35 @@ async fn a_stall_mid_stream_keeps_what_was_streamed_and_ends_with_length() {
     assert_eq!(b["choices"][0]["finish_reason"], "length");
     assert_eq!(b["cached"], false);
     assert_eq!(fake.seen().len(), 2);
+    assert_eq!(
+        fake.hung_up(2).await,
+        2,
+        "generation cancelled at the deadline"
+    );
+    app.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_backend_still_gets_the_user_a_cited_answer() {
+    let fake = FakeLlm::start(Behaviour::Fail).await;
+    let app = app_with(&fake).await;
+    let (b, elapsed) = chat(&app, ask("How do vaccines work?")).await;
+    assert!(elapsed < Duration::from_millis(TOTAL_MS), "{elapsed:?}");
+    assert_eq!(b["partial"], true, "{b}");
+    assert_eq!(b["partial_reason"], "llm_ttft");
+    assert_eq!(outcome(&b, "llm_ttft"), "error");
+    let detail = b["budget"]["stages"]
+        .as_array()
+        .and_then(|a| a.iter().find(|s| s["stage"] == "llm_ttft"))
+        .and_then(|s| s["detail"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(detail.contains("500"), "{detail}");
+    assert_eq!(cited(&b).first().map(String::as_str), Some("vaccine"));
+    let text = b["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("Vaccines train the immune system"), "{text}");
     app.shutdown().await.expect("shutdown");
 }
 

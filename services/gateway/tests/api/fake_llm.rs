@@ -9,6 +9,7 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,6 +21,8 @@ pub enum Behaviour {
     StallBeforeFirstToken,
     /// Streams `tokens` tokens, then sends nothing for a minute.
     StallAfter { tokens: usize },
+    /// Answers 500.
+    Fail,
 }
 
 #[derive(Debug, Clone)]
@@ -31,6 +34,8 @@ pub struct Seen {
 struct Inner {
     behaviour: Behaviour,
     seen: Mutex<Vec<Seen>>,
+    /// Streams whose client hung up before the stream ended.
+    hung_up: AtomicUsize,
 }
 
 #[derive(Clone)]
@@ -44,6 +49,7 @@ impl FakeLlm {
         let inner = Arc::new(Inner {
             behaviour,
             seen: Mutex::new(Vec::new()),
+            hung_up: AtomicUsize::new(0),
         });
         let app = Router::new()
             .route("/v1/models", get(models))
@@ -64,6 +70,18 @@ impl FakeLlm {
 
     pub fn seen(&self) -> Vec<Seen> {
         self.inner.seen.lock().expect("lock").clone()
+    }
+
+    /// Waits up to a second for `n` streams to have been dropped by the
+    /// client (ragtime cancelling a generation); returns how many were.
+    pub async fn hung_up(&self, n: usize) -> usize {
+        for _ in 0..100 {
+            if self.inner.hung_up.load(Ordering::Acquire) >= n {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        self.inner.hung_up.load(Ordering::Acquire)
     }
 }
 
@@ -90,8 +108,25 @@ async fn completions(
             .map(str::to_owned),
     });
     let behaviour = inner.behaviour;
+    if let Behaviour::Fail = behaviour {
+        return (
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            "model crashed",
+        )
+            .into_response();
+    }
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::convert::Infallible>>(16);
+    let stalled = inner.clone();
     tokio::spawn(async move {
+        // Sends nothing for a minute, noting a client that hangs up.
+        let stall = |tx: tokio::sync::mpsc::Sender<_>| async move {
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_secs(60)) => {}
+                () = tx.closed() => {
+                    stalled.hung_up.fetch_add(1, Ordering::AcqRel);
+                }
+            }
+        };
         match behaviour {
             Behaviour::Answer { tokens, gap } => {
                 for i in 0..tokens {
@@ -108,7 +143,7 @@ async fn completions(
             }
             Behaviour::StallBeforeFirstToken => {
                 let _ = tx.send(Ok(Bytes::from_static(b": waiting\n\n"))).await;
-                tokio::time::sleep(Duration::from_secs(60)).await;
+                stall(tx).await;
             }
             Behaviour::StallAfter { tokens } => {
                 for i in 0..tokens {
@@ -116,8 +151,9 @@ async fn completions(
                         return;
                     }
                 }
-                tokio::time::sleep(Duration::from_secs(60)).await;
+                stall(tx).await;
             }
+            Behaviour::Fail => {}
         }
     });
     let stream =
