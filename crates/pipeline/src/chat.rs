@@ -32,6 +32,7 @@ use ragtime_retrieve::CollectionIndex;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
+use tracing::Instrument;
 
 pub const CHAT_PLAN: [StagePlan; 6] = [
     StagePlan::new(Stage::Embed, Policy::Fallback),
@@ -378,20 +379,37 @@ pub async fn chat(
     let llm = deps.llm;
     let ttft = budget
         .run(Stage::LlmTtft, |_ctx| async move {
-            let mut stream = llm
-                .stream_chat(&request)
-                .await
-                .map_err(|e| StageError::Backend(e.to_string()))?;
-            loop {
-                match stream.next_event().await {
-                    Some(Ok(ChatEvent::Delta(t))) => return Ok(Done::Full((stream, t))),
-                    Some(Ok(ChatEvent::Usage(_) | ChatEvent::Finish(_))) => {}
-                    Some(Err(e)) => return Err(StageError::Backend(e.to_string())),
-                    None => {
-                        return Err(StageError::Backend("the model returned no text".into()));
+            // The call to the backend is a client span; the backend gets its
+            // trace context (or the caller's, when spans are not recorded).
+            let call = tracing::info_span!(
+                "llm.request",
+                otel.kind = "client",
+                server.address = llm.base_url(),
+                gen_ai.request.model = request.model.as_str(),
+                gen_ai.request.max_tokens = request.max_tokens,
+            );
+            let mut request = request;
+            if let Some(tp) = ragtime_telemetry::traceparent(&call) {
+                request.traceparent = Some(tp);
+            }
+            async move {
+                let mut stream = llm
+                    .stream_chat(&request)
+                    .await
+                    .map_err(|e| StageError::Backend(e.to_string()))?;
+                loop {
+                    match stream.next_event().await {
+                        Some(Ok(ChatEvent::Delta(t))) => return Ok(Done::Full((stream, t))),
+                        Some(Ok(ChatEvent::Usage(_) | ChatEvent::Finish(_))) => {}
+                        Some(Err(e)) => return Err(StageError::Backend(e.to_string())),
+                        None => {
+                            return Err(StageError::Backend("the model returned no text".into()));
+                        }
                     }
                 }
             }
+            .instrument(call)
+            .await
         })
         .await;
     let Some((stream, first)) = ttft.value else {

@@ -9,6 +9,7 @@ use ragtime_embed::EmbedService;
 use ragtime_retrieve::{ChunkEntry, CollectionIndex, Hit};
 use std::future::Future;
 use std::sync::Arc;
+use tracing::Instrument;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -145,7 +146,12 @@ pub async fn retrieve(
                     }
                 }
             };
-            async move { both(dense, lexical, &ctx).await }
+            async move {
+                // Created here, inside the stage's span, so they are its children.
+                let dense = dense.instrument(tracing::info_span!("dense"));
+                let lexical = lexical.instrument(tracing::info_span!("lexical"));
+                both(dense, lexical, &ctx).await
+            }
         })
         .await;
 

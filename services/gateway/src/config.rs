@@ -219,8 +219,10 @@ pub enum LogFormatSetting {
 #[serde(deny_unknown_fields, default)]
 pub struct TelemetryConfig {
     pub log_format: LogFormatSetting,
-    /// From the standard `OTEL_EXPORTER_OTLP_ENDPOINT`.
+    /// From the standard `OTEL_EXPORTER_OTLP_ENDPOINT` (unset: no export).
     pub otlp_endpoint: Option<String>,
+    /// From `OTEL_EXPORTER_OTLP_PROTOCOL`: `grpc` (default) or `http/protobuf`.
+    pub otlp_protocol: String,
 }
 
 impl Default for Config {
@@ -291,6 +293,7 @@ impl Default for TelemetryConfig {
         Self {
             log_format: LogFormatSetting::Auto,
             otlp_endpoint: None,
+            otlp_protocol: "grpc".into(),
         }
     }
 }
@@ -319,6 +322,11 @@ impl Config {
             && !endpoint.trim().is_empty()
         {
             config.telemetry.otlp_endpoint = Some(endpoint);
+        }
+        if let Ok(p) = std::env::var("OTEL_EXPORTER_OTLP_PROTOCOL")
+            && !p.trim().is_empty()
+        {
+            config.telemetry.otlp_protocol = p.trim().to_owned();
         }
         config.validate()?;
         Ok(config)

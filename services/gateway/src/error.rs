@@ -18,6 +18,10 @@ pub enum ErrorCode {
     PayloadTooLarge,
     NotFound,
     MethodNotAllowed,
+    /// No credentials, or not in the expected form.
+    Unauthorized,
+    /// Credentials that do not grant this.
+    Forbidden,
     /// The service is starting (models loading) or a dependency is down.
     NotReady,
     /// The request's budget ran out before it could produce anything.
@@ -34,6 +38,8 @@ impl ErrorCode {
             ErrorCode::PayloadTooLarge => "payload_too_large",
             ErrorCode::NotFound => "not_found",
             ErrorCode::MethodNotAllowed => "method_not_allowed",
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::Forbidden => "forbidden",
             ErrorCode::NotReady => "not_ready",
             ErrorCode::BudgetExceeded => "budget_exceeded",
             ErrorCode::Internal => "internal",
@@ -49,6 +55,8 @@ impl ErrorCode {
             ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::NotFound => StatusCode::NOT_FOUND,
             ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
+            ErrorCode::Forbidden => StatusCode::FORBIDDEN,
             ErrorCode::NotReady | ErrorCode::BudgetExceeded => StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -112,6 +120,12 @@ impl IntoResponse for ApiError {
         let mut resp = (self.code.status(), Json(body)).into_response();
         if let Some(t) = timing.and_then(|t| HeaderValue::from_str(&t).ok()) {
             resp.headers_mut().insert("server-timing", t);
+        }
+        if self.code == ErrorCode::Unauthorized {
+            resp.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"ragtime admin\""),
+            );
         }
         if matches!(self.code, ErrorCode::NotReady | ErrorCode::BudgetExceeded) {
             resp.headers_mut()

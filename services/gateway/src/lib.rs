@@ -5,6 +5,7 @@ pub mod config;
 pub mod error;
 mod extract;
 pub mod files;
+mod observe;
 mod routes;
 mod startup;
 mod state;

@@ -52,12 +52,14 @@ async fn main() -> std::process::ExitCode {
                 Ok(c) => c,
                 Err(e) => return fail(&e),
             };
-            ragtime_gateway::init_telemetry(&config);
+            let telemetry = ragtime_gateway::init_telemetry(&config);
             let app = match Application::build(config).await {
                 Ok(app) => app,
                 Err(e) => return fail(&format!("{e:#}")),
             };
-            match app.run_until_stopped().await {
+            let res = app.run_until_stopped().await;
+            telemetry.shutdown();
+            match res {
                 Ok(()) => std::process::ExitCode::SUCCESS,
                 Err(e) => fail(&format!("{e:#}")),
             }
@@ -72,7 +74,7 @@ async fn main() -> std::process::ExitCode {
                 Ok(c) => c,
                 Err(e) => return fail(&e),
             };
-            ragtime_gateway::init_telemetry(&config);
+            let _telemetry = ragtime_gateway::init_telemetry(&config);
             match ragtime_gateway::ingest_files(&config, &collection, &files, batch.max(1)).await {
                 Ok(()) => std::process::ExitCode::SUCCESS,
                 Err(e) => fail(&format!("{e:#}")),

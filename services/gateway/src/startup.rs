@@ -8,7 +8,6 @@ use crate::state::AppState;
 use anyhow::Context;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::http::Request;
 use ragtime_embed::{EmbedService, EmbedderOptions, OnnxEmbedder, ServiceOptions};
 use ragtime_llm::{LlmClient, LocalServer, LocalServerOptions};
 use ragtime_pipeline::rag::{ChunkParams, Rag};
@@ -27,8 +26,9 @@ pub struct Application {
     router: Router,
 }
 
-/// Sets up logging from the config (once per process).
-pub fn init_telemetry(config: &Config) {
+/// Sets up logging, and span export when an OTLP endpoint is configured
+/// (once per process). Keep the guard; its `shutdown` flushes the spans.
+pub fn init_telemetry(config: &Config) -> ragtime_telemetry::Telemetry {
     let format = match config.telemetry.log_format {
         LogFormatSetting::Json => ragtime_telemetry::LogFormat::Json,
         LogFormatSetting::Pretty => ragtime_telemetry::LogFormat::Pretty,
@@ -37,7 +37,16 @@ pub fn init_telemetry(config: &Config) {
         }
         LogFormatSetting::Auto => ragtime_telemetry::LogFormat::Json,
     };
-    ragtime_telemetry::init(format);
+    let otlp = config
+        .telemetry
+        .otlp_endpoint
+        .as_ref()
+        .map(|endpoint| ragtime_telemetry::Otlp {
+            endpoint: endpoint.clone(),
+            protocol: ragtime_telemetry::OtlpProtocol::parse(&config.telemetry.otlp_protocol)
+                .unwrap_or(ragtime_telemetry::OtlpProtocol::Grpc),
+        });
+    ragtime_telemetry::init(format, otlp.as_ref())
 }
 
 impl Application {
@@ -93,18 +102,18 @@ impl Application {
         let router = routes::router(state.clone())
             .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such route") })
             .method_not_allowed_fallback(|| async {
-                ApiError::new(ErrorCode::MethodNotAllowed, "method not allowed on this route")
+                ApiError::new(
+                    ErrorCode::MethodNotAllowed,
+                    "method not allowed on this route",
+                )
             })
             .layer(DefaultBodyLimit::max(body_limit))
+            .layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                crate::observe::observe,
+            ))
             .layer(PropagateRequestIdLayer::x_request_id())
-            .layer(TraceLayer::new_for_http().make_span_with(|req: &Request<_>| {
-                let id = req
-                    .headers()
-                    .get("x-request-id")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("");
-                tracing::info_span!("request", method = %req.method(), uri = %req.uri().path(), request_id = %id)
-            }))
+            .layer(TraceLayer::new_for_http().make_span_with(crate::observe::request_span))
             .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid));
         Ok(Application {
             listener,
@@ -136,7 +145,11 @@ impl Application {
         tracing::info!(%addr, "ragtime listening");
         let grace = Duration::from_secs(self.state.config.server.shutdown_grace_s);
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let serve = axum::serve(self.listener, self.router).with_graceful_shutdown(async move {
+        // No Nagle: streamed tokens leave as soon as they are written.
+        let listener = axum::serve::ListenerExt::tap_io(self.listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+        let serve = axum::serve(listener, self.router).with_graceful_shutdown(async move {
             signal.await;
             let _ = tx.send(());
         });

@@ -30,6 +30,8 @@ pub struct AppState {
     pub llm_stats: BackendStats,
     /// The semantic response cache, unless turned off.
     pub answers: Option<AnswerCache>,
+    /// Prometheus metrics and live stage percentiles.
+    pub metrics: Arc<ragtime_telemetry::metrics::Metrics>,
 }
 
 impl AppState {
@@ -48,6 +50,7 @@ impl AppState {
             rag_state: Mutex::new(ModelState::Loading),
             reranker: OnceLock::new(),
             llm_stats: BackendStats::default(),
+            metrics: Arc::default(),
             answers: config.cache.enabled.then(|| {
                 let c = &config.cache;
                 AnswerCache::new(ragtime_cache::CacheOptions {

@@ -16,7 +16,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use ragtime_cache::Scope;
-use ragtime_core::Filter;
+use ragtime_core::{Filter, Outcome, Stage};
 use ragtime_llm::Message;
 use ragtime_pipeline::RequestBudget;
 use ragtime_pipeline::chat::{CHAT_PLAN, ChatAnswer, ChatDeps, ChatInput, chat};
@@ -26,6 +26,7 @@ use serde_json::{Value, json};
 use std::convert::Infallible;
 use std::sync::Arc;
 use tokio::sync::mpsc;
+use tracing::Instrument;
 
 const MAX_TOP_K: usize = 50;
 const MAX_CONTENT: usize = 32 * 1024;
@@ -325,10 +326,12 @@ pub async fn completions(
     };
 
     let (tx, rx) = mpsc::channel::<String>(64);
+    let root = tracing::Span::current();
     let task = {
         let state = state.clone();
         let (conversation, collection) = (meta.conversation_id.clone(), meta.collection.clone());
-        tokio::spawn(async move {
+        let llm_in_flight = state.metrics.llm_in_flight();
+        let work = async move {
             let reranker = state.reranker.get().cloned();
             let r = &state.config.rerank;
             let deps = ChatDeps {
@@ -350,6 +353,8 @@ pub async fn completions(
             };
             let answer = chat(&budget, &deps, &input, &tx).await;
             drop(tx);
+            drop(llm_in_flight);
+            record(&state, &answer);
             if !answer.text.trim().is_empty()
                 && let Err(e) = state
                     .store
@@ -359,17 +364,42 @@ pub async fn completions(
                 tracing::error!(error = %e, "could not store the conversation turn");
             }
             answer
-        })
+        };
+        tokio::spawn(work.instrument(root.clone()))
     };
     if req.stream {
         let include_usage = req.stream_options.is_some_and(|o| o.include_usage);
-        Ok(stream_response(meta, rx, task, include_usage))
+        Ok(stream_response(meta, rx, task, include_usage, root))
     } else {
         let mut rx = rx;
         while rx.recv().await.is_some() {}
         let answer = task.await.map_err(ApiError::internal)?;
         let body = full_body(&meta, &answer);
         Ok(with_timing(&answer.report, body))
+    }
+}
+
+/// The answer's story into the metrics and onto the root span.
+fn record(state: &AppState, a: &ChatAnswer) {
+    let m = &state.metrics;
+    crate::observe::record_report(m, &a.report);
+    crate::observe::record_partial(a.partial, a.partial_reason.as_deref());
+    if let Some(r) = &a.partial_reason {
+        m.partial_answer(r);
+    }
+    let stage = |s: Stage| a.report.stage(s);
+    if stage(Stage::Cache).is_some_and(|s| s.outcome == Outcome::Ok) {
+        m.cache_lookup(a.cached);
+    }
+    if let Some(t) = stage(Stage::LlmTtft).filter(|s| s.outcome == Outcome::Ok) {
+        m.ttft(std::time::Duration::from_millis(t.elapsed_ms));
+    }
+    if let Some(g) = stage(Stage::LlmGenerate).filter(|s| s.outcome == Outcome::Ok)
+        && a.usage.completion_tokens > 1
+    {
+        m.time_per_output_token(
+            std::time::Duration::from_millis(g.elapsed_ms) / (a.usage.completion_tokens - 1),
+        );
     }
 }
 
@@ -444,9 +474,10 @@ fn stream_response(
     mut rx: mpsc::Receiver<String>,
     task: tokio::task::JoinHandle<ChatAnswer>,
     include_usage: bool,
+    root: tracing::Span,
 ) -> Response {
     let (out, body_rx) = mpsc::channel::<Result<Bytes, Infallible>>(64);
-    tokio::spawn(async move {
+    let forward = async move {
         let first = chunk(&meta, json!({"role": "assistant", "content": ""}), None);
         if out.send(frame(&first)).await.is_err() {
             return;
@@ -470,7 +501,8 @@ fn stream_response(
             let _ = out.send(frame(&u)).await;
         }
         let _ = out.send(Ok(Bytes::from_static(b"data: [DONE]\n\n"))).await;
-    });
+    };
+    tokio::spawn(forward.instrument(root));
     let stream =
         futures::stream::unfold(
             body_rx,

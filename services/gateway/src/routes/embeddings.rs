@@ -112,6 +112,7 @@ pub async fn create(
         })
         .await;
     let report = budget.report();
+    crate::observe::record_report(&state.metrics, &report);
     let vectors = match (run.outcome, run.value) {
         (Outcome::Ok, Some(v)) => v,
         (Outcome::Timeout | Outcome::Skipped, _) => {

@@ -1,9 +1,11 @@
 //! One file per route resource.
 
+mod admin;
 mod chat;
 pub mod documents;
 mod embeddings;
 mod health;
+mod metrics;
 mod search;
 
 use crate::error::{ApiError, ErrorCode};
@@ -30,6 +32,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/search", post(search::search_route))
         .route("/v1/chat/completions", post(chat::completions))
         .route("/v1/models", get(chat::models))
+        .route("/metrics", get(metrics::metrics))
+        .route("/admin/stats", get(admin::stats))
         .with_state(state)
 }
 

@@ -154,6 +154,8 @@ pub async fn search_route(
         .collect();
     let report = out.report;
     let partial = report.first_degraded().is_some();
+    crate::observe::record_report(&state.metrics, &report);
+    crate::observe::record_partial(partial, report.first_degraded().map(|s| s.stage.name()));
     Ok(with_timing(
         &report,
         json!({

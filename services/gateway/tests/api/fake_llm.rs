@@ -59,6 +59,10 @@ impl FakeLlm {
             .await
             .expect("bind");
         let port = listener.local_addr().expect("addr").port();
+        // Like real backends: no Nagle, each token leaves when written.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });

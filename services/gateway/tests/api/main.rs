@@ -4,12 +4,14 @@
 
 mod chat;
 mod cli;
+mod deploy;
 mod embeddings;
 mod errors;
 mod fake_llm;
 mod health;
 mod helpers;
 mod lifecycle;
+mod observability;
 mod openai_e2e;
 mod rerank;
 mod search;

@@ -1,0 +1,137 @@
+//! The container set-up, alerts and dashboard parse, bind only to
+//! 127.0.0.1, and name only metrics that ragtime exports. (No Docker engine
+//! runs where the tests run; this is what can be checked without one.)
+
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn yaml(path: &str) -> serde_yaml::Value {
+    let text = std::fs::read_to_string(root().join(path)).expect(path);
+    serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// Metric names ragtime exports (every family prints its HELP line).
+fn exported() -> BTreeSet<String> {
+    let mut text = ragtime_telemetry::metrics::Metrics::default().render();
+    text.push_str("# HELP ragtime_stage_budget_seconds\n");
+    text.lines()
+        .filter_map(|l| l.strip_prefix("# HELP "))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `ragtime_*` names in a PromQL text, histogram suffixes removed.
+fn referenced(expr: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = expr;
+    while let Some(i) = rest.find("ragtime_") {
+        let tail = &rest[i..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        let name = &tail[..end];
+        let base = ["_bucket", "_count", "_sum"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s))
+            .unwrap_or(name);
+        out.push(base.to_owned());
+        rest = &tail[end..];
+    }
+    out
+}
+
+#[test]
+fn compose_brings_ragtime_jaeger_and_the_profiles_on_loopback_only() {
+    let c = yaml("docker-compose.yml");
+    let services = c["services"].as_mapping().expect("services");
+    for name in ["ragtime", "jaeger", "postgres", "vllm", "prometheus"] {
+        assert!(services.contains_key(name), "service {name}");
+    }
+    for (name, svc) in services {
+        for p in svc["ports"].as_sequence().into_iter().flatten() {
+            let p = p.as_str().unwrap_or_default();
+            assert!(
+                p.starts_with("127.0.0.1:"),
+                "{name:?} publishes {p} beyond loopback"
+            );
+        }
+    }
+    let jaeger: Vec<&str> = c["services"]["jaeger"]["ports"]
+        .as_sequence()
+        .map(|s| s.iter().filter_map(|p| p.as_str()).collect())
+        .unwrap_or_default();
+    for port in ["4317:4317", "4318:4318", "16686:16686"] {
+        assert!(jaeger.iter().any(|p| p.ends_with(port)), "jaeger {port}");
+    }
+    let env = &c["services"]["ragtime"]["environment"];
+    assert_eq!(
+        env["OTEL_EXPORTER_OTLP_ENDPOINT"].as_str(),
+        Some("http://jaeger:4317")
+    );
+    assert_eq!(
+        c["services"]["postgres"]["profiles"][0].as_str(),
+        Some("postgres")
+    );
+    assert_eq!(c["services"]["vllm"]["profiles"][0].as_str(), Some("gpu"));
+    assert!(
+        c["services"]["vllm"]["image"]
+            .as_str()
+            .is_some_and(|i| i.starts_with("vllm/vllm-openai"))
+    );
+}
+
+#[test]
+fn alerts_and_dashboard_name_only_exported_metrics() {
+    let names = exported();
+    let mut exprs = Vec::new();
+    let alerts = yaml("deploy/alerts.yml");
+    let mut alert_names = Vec::new();
+    for g in alerts["groups"].as_sequence().expect("groups") {
+        for r in g["rules"].as_sequence().expect("rules") {
+            alert_names.push(r["alert"].as_str().expect("alert name").to_owned());
+            exprs.push(r["expr"].as_str().expect("expr").to_owned());
+        }
+    }
+    for want in ["TTFT", "Overruns", "PartialAnswer"] {
+        assert!(
+            alert_names.iter().any(|a| a.contains(want)),
+            "{want} alert: {alert_names:?}"
+        );
+    }
+    let prom = yaml("deploy/prometheus.yml");
+    assert_eq!(
+        prom["scrape_configs"][0]["metrics_path"].as_str(),
+        Some("/metrics")
+    );
+
+    let text =
+        std::fs::read_to_string(root().join("deploy/grafana-dashboard.json")).expect("dashboard");
+    let dash: Value = serde_json::from_str(&text).expect("dashboard json");
+    let panels = dash["panels"].as_array().expect("panels");
+    assert!(panels.len() >= 5);
+    for p in panels {
+        for t in p["targets"].as_array().expect("targets") {
+            exprs.push(t["expr"].as_str().expect("expr").to_owned());
+        }
+    }
+    let mut seen = 0;
+    for e in &exprs {
+        for n in referenced(e) {
+            assert!(
+                names.contains(&n),
+                "{n} (in {e}) is not exported; exported: {names:?}"
+            );
+            seen += 1;
+        }
+    }
+    assert!(
+        seen >= exprs.len(),
+        "every expression names a ragtime metric"
+    );
+}
