@@ -14,9 +14,11 @@ macro_rules! on_pool {
     };
 }
 
+mod budgets;
 mod conversations;
 mod documents;
 
+pub use budgets::BudgetVersion;
 pub use conversations::Turn;
 pub use documents::{
     ChunkRecord, DocumentRecord, IndexChunk, NewChunk, NewDocument, Upsert, WriteReceipt,

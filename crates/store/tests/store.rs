@@ -205,6 +205,30 @@ async fn exercise_conversations(store: &Store) {
     assert_eq!(store.recent_turns("c1", 100).await.expect("turns").len(), 8);
 }
 
+async fn exercise_budgets(store: &Store) {
+    assert_eq!(store.latest_budget_version().await.expect("latest"), None);
+    let a = store
+        .add_budget_version(r#"{"total_ms":3000}"#, "admin", "changed")
+        .await
+        .expect("add");
+    let b = store
+        .add_budget_version(r#"{"total_ms":4000}"#, "admin", "rollback to version 1")
+        .await
+        .expect("add");
+    assert!(b.version > a.version);
+    assert!(b.changed_ms > 0);
+    assert_eq!(
+        store.latest_budget_version().await.expect("latest"),
+        Some(b.clone())
+    );
+    assert_eq!(
+        store.budget_version(a.version).await.expect("get"),
+        Some(a.clone())
+    );
+    assert_eq!(store.budget_version(999).await.expect("get"), None);
+    assert_eq!(store.budget_history(10).await.expect("history"), vec![b, a]);
+}
+
 #[tokio::test]
 async fn sqlite_store_migrates_and_survives_reopen() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -219,6 +243,7 @@ async fn sqlite_store_migrates_and_survives_reopen() {
     assert!(dir.path().join("ragtime.db").is_file());
     exercise_documents(&again).await;
     exercise_conversations(&again).await;
+    exercise_budgets(&again).await;
 }
 
 #[tokio::test]
@@ -235,6 +260,7 @@ async fn postgres_store_migrates_and_survives_reopen() {
     check_fresh_store(&again).await;
     exercise_documents(&again).await;
     exercise_conversations(&again).await;
+    exercise_budgets(&again).await;
     again.close().await;
     db.drop_db().await;
 }

@@ -89,6 +89,21 @@ impl Application {
             .with_context(|| format!("cannot listen on {}", config.server.addr))?;
         let body_limit = config.server.body_limit_bytes;
         let state = Arc::new(AppState::new(config, store, llm, local));
+        // Budgets changed at runtime survive restarts and reach every replica.
+        state.sync_budgets().await.map_err(anyhow::Error::msg)?;
+        let follower = Arc::downgrade(&state);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                let Some(state) = follower.upgrade() else {
+                    return;
+                };
+                if let Err(e) = state.sync_budgets().await {
+                    tracing::warn!(error = %e, "could not read the budget versions");
+                }
+            }
+        });
 
         let loader = state.clone();
         tokio::spawn(async move {

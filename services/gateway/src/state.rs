@@ -17,7 +17,9 @@ pub enum ModelState {
 
 pub struct AppState {
     pub config: Config,
-    budgets: RwLock<BudgetProfile>,
+    /// The budgets new requests start with, and their version (0: the
+    /// configured ones, never changed at runtime).
+    budgets: RwLock<(BudgetProfile, i64)>,
     pub store: Store,
     pub llm: LlmClient,
     /// The supervised local llama-server, when no backend URL is configured.
@@ -42,7 +44,7 @@ impl AppState {
         local_llm: Option<LocalServer>,
     ) -> Self {
         Self {
-            budgets: RwLock::new(config.budgets),
+            budgets: RwLock::new((config.budgets, 0)),
             store,
             llm,
             local_llm: Mutex::new(local_llm),
@@ -65,7 +67,50 @@ impl AppState {
 
     /// The budget profile new requests start with.
     pub fn budgets(&self) -> BudgetProfile {
+        self.budgets
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .0
+    }
+
+    /// The budgets in force and their version.
+    pub fn budgets_versioned(&self) -> (BudgetProfile, i64) {
         *self.budgets.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Puts a stored version in force unless a newer one already is.
+    /// Returns whether it changed anything.
+    pub fn apply_budgets(&self, profile: BudgetProfile, version: i64) -> bool {
+        let mut g = self.budgets.write().unwrap_or_else(PoisonError::into_inner);
+        if version > g.1 {
+            *g = (profile, version);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Reads the newest stored budget version and puts it in force (at
+    /// start, and every second after, so every replica follows a change).
+    pub async fn sync_budgets(&self) -> Result<bool, String> {
+        let Some(v) = self
+            .store
+            .latest_budget_version()
+            .await
+            .map_err(|e| e.to_string())?
+        else {
+            return Ok(false);
+        };
+        if v.version <= self.budgets_versioned().1 {
+            return Ok(false);
+        }
+        let profile: BudgetProfile = serde_json::from_str(&v.profile)
+            .map_err(|e| format!("budget version {}: {e}", v.version))?;
+        let changed = self.apply_budgets(profile, v.version);
+        if changed {
+            tracing::info!(version = v.version, changed_by = %v.changed_by, "budgets changed");
+        }
+        Ok(changed)
     }
 
     /// The engine, once the embedding model is warm and the indexes are

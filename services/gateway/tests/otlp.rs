@@ -180,6 +180,41 @@ async fn every_request_is_one_trace_that_tells_its_budget_story() {
             .unwrap_or_else(|| panic!("no {name} span in {names:?}"))
     };
     let root = find("POST /v1/chat/completions");
+    // The trace as text (what Jaeger shows), for the record.
+    let mut lines: Vec<(u64, String)> = chat
+        .iter()
+        .map(|s| {
+            let budget: Vec<String> = [
+                "budget.ms",
+                "budget.elapsed_ms",
+                "budget.remaining_ms",
+                "budget.outcome",
+            ]
+            .iter()
+            .filter_map(|k| attr(&s.attributes, k).map(|v| format!("{k}={v}")))
+            .collect();
+            let events: Vec<&str> = s.events.iter().map(|e| e.name.as_str()).collect();
+            (
+                s.start_time_unix_nano,
+                format!(
+                    "{:<28} {:>7.1} ms  {} {}",
+                    s.name,
+                    (s.end_time_unix_nano - s.start_time_unix_nano) as f64 / 1e6,
+                    budget.join(" "),
+                    if events.is_empty() {
+                        String::new()
+                    } else {
+                        format!("events={events:?}")
+                    }
+                ),
+            )
+        })
+        .collect();
+    lines.sort();
+    eprintln!("trace {trace_id}:");
+    for (_, l) in &lines {
+        eprintln!("  {l}");
+    }
     assert_eq!(
         hex(&root.parent_span_id),
         caller_span,

@@ -34,6 +34,14 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/models", get(chat::models))
         .route("/metrics", get(metrics::metrics))
         .route("/admin/stats", get(admin::stats))
+        .route(
+            "/admin/budgets",
+            get(admin::get_budgets)
+                .put(admin::put_budgets)
+                .patch(admin::patch_budgets),
+        )
+        .route("/admin/budgets/history", get(admin::budget_history))
+        .route("/admin/budgets/rollback", post(admin::rollback_budgets))
         .with_state(state)
 }
 

@@ -2,6 +2,7 @@
 //! `Application` on port 0 with its own data folder, the real ONNX model and
 //! (unless a test points elsewhere) the real supervised llama-server.
 
+mod admin;
 mod chat;
 mod cli;
 mod deploy;

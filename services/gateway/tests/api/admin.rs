@@ -1,0 +1,218 @@
+//! Runtime budgets through the admin API: a change reaches the next request
+//! without a restart, bad changes are refused naming the field and change
+//! nothing, only the admin may change them, every version is kept and can
+//! be rolled back to, a restart keeps the budgets in force, and a second
+//! replica on the same store follows within 2 s.
+
+use crate::fake_llm::{Behaviour, FakeLlm};
+use crate::helpers::{TestApp, error_of, spawn_app_with};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+const KEY: &str = "admin-key-for-the-budget-tests";
+
+async fn app(fake: &FakeLlm, data_dir: Option<std::path::PathBuf>) -> TestApp {
+    let url = fake.base_url.clone();
+    let app = spawn_app_with(move |c| {
+        c.llm.base_url = Some(url);
+        c.admin_key = Some(ragtime_gateway::config::Secret(KEY.into()));
+        if let Some(d) = data_dir {
+            c.data_dir = d;
+        }
+    })
+    .await;
+    app.wait_ready().await;
+    app
+}
+
+async fn admin(
+    app: &TestApp,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> reqwest::Response {
+    let mut r = app.http.request(method, app.url(path)).bearer_auth(KEY);
+    if let Some(b) = body {
+        r = r.json(&b);
+    }
+    r.send().await.expect("admin request")
+}
+
+async fn budgets(app: &TestApp) -> Value {
+    let r = admin(app, reqwest::Method::GET, "/admin/budgets", None).await;
+    assert_eq!(r.status(), 200);
+    r.json().await.expect("json")
+}
+
+/// The embed stage's outcome and budget on the next search.
+async fn embed_on_next_search(app: &TestApp) -> (String, u64) {
+    let r = app
+        .post_json("/v1/search", json!({"query": "ATP for the cell"}))
+        .await;
+    assert_eq!(r.status(), 200);
+    let b: Value = r.json().await.expect("json");
+    let e = &b["budget"]["stages"][0];
+    assert_eq!(e["stage"], "embed");
+    (
+        e["outcome"].as_str().unwrap_or_default().to_owned(),
+        e["budget_ms"].as_u64().unwrap_or(u64::MAX),
+    )
+}
+
+async fn patch(app: &TestApp, body: Value) -> reqwest::Response {
+    admin(app, reqwest::Method::PATCH, "/admin/budgets", Some(body)).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn budgets_change_at_runtime_roll_back_survive_restarts_and_reach_replicas() {
+    let fake = FakeLlm::start(Behaviour::Fail).await;
+    let a = app(&fake, None).await;
+    let r = a
+        .post_json("/v1/documents", json!({"documents": [{"id": "mito", "text": "Mitochondria produce ATP for the cell."}]}))
+        .await;
+    assert_eq!(r.status(), 200);
+
+    let start = budgets(&a).await;
+    assert_eq!(start["version"], 0);
+    assert_eq!(start["stages"]["embed"], 150);
+    assert_eq!(start["total_ms"], 15000);
+    assert_eq!(embed_on_next_search(&a).await, ("ok".into(), 150));
+
+    // v1: no time for embedding → the next search falls back to lexical.
+    let r = patch(&a, json!({"stages": {"embed": 0}})).await;
+    assert_eq!(r.status(), 200);
+    let v1: Value = r.json().await.expect("json");
+    assert_eq!(
+        (v1["version"].clone(), v1["stages"]["embed"].clone()),
+        (json!(1), json!(0))
+    );
+    assert_eq!(
+        v1["stages"]["retrieve"], 200,
+        "PATCH changes only what it names"
+    );
+    assert_eq!(embed_on_next_search(&a).await, ("fallback".into(), 0));
+
+    // Refused changes name the field and change nothing.
+    let bad = [
+        (json!({"stages": {"embed": -5}}), "stages.embed"),
+        (json!({"stages": {"embed": "fast"}}), "stages.embed"),
+        (json!({"stages": {"bogus": 1}}), "stages.bogus"),
+        (json!({"stages": {"rerank": 20000}}), "stages.rerank"),
+        (json!({"total_ms": 100}), "total_ms"),
+        (json!({"total_ms": 0}), "total_ms"),
+        (json!({"budget": 3}), "budget"),
+        (json!({"stages": 5}), "stages"),
+    ];
+    for (body, field) in bad {
+        let (status, code, f, e) = error_of(patch(&a, body.clone()).await).await;
+        assert_eq!(
+            (status, code.as_str(), f.as_deref()),
+            (422, "invalid_request", Some(field)),
+            "{body} → {e}"
+        );
+    }
+    let put_missing = admin(
+        &a,
+        reqwest::Method::PUT,
+        "/admin/budgets",
+        Some(json!({"total_ms": 3000, "stages": {"cache": 10, "embed": 30}})),
+    )
+    .await;
+    let (status, _, f, _) = error_of(put_missing).await;
+    assert_eq!((status, f.as_deref()), (422, Some("stages.retrieve")));
+    // Only the admin.
+    let r = a
+        .http
+        .patch(a.url("/admin/budgets"))
+        .json(&json!({"stages": {"embed": 99}}))
+        .send()
+        .await
+        .expect("patch");
+    assert_eq!(error_of(r).await.0, 401);
+    let r = a
+        .http
+        .patch(a.url("/admin/budgets"))
+        .bearer_auth("not-the-admin-key-at-all")
+        .json(&json!({"stages": {"embed": 99}}))
+        .send()
+        .await
+        .expect("patch");
+    assert_eq!(error_of(r).await.0, 403);
+    assert_eq!(budgets(&a).await, v1, "refused changes changed nothing");
+
+    // v2: the GPU profile, all at once.
+    let gpu = json!({"total_ms": 3000, "stages": {"cache": 10, "embed": 30, "retrieve": 60, "rerank": 150, "llm_ttft": 700, "llm_generate": 2000}});
+    let r = admin(&a, reqwest::Method::PUT, "/admin/budgets", Some(gpu)).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(embed_on_next_search(&a).await.1, 30);
+    // v3: roll back to v1.
+    let r = admin(
+        &a,
+        reqwest::Method::POST,
+        "/admin/budgets/rollback",
+        Some(json!({"version": 1})),
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    let v3: Value = r.json().await.expect("json");
+    assert_eq!(v3["version"], 3);
+    assert_eq!(embed_on_next_search(&a).await, ("fallback".into(), 0));
+    let r = admin(
+        &a,
+        reqwest::Method::POST,
+        "/admin/budgets/rollback",
+        Some(json!({"version": 42})),
+    )
+    .await;
+    let (status, _, f, _) = error_of(r).await;
+    assert_eq!((status, f.as_deref()), (404, Some("version")));
+    // The audit log.
+    let r = admin(&a, reqwest::Method::GET, "/admin/budgets/history", None).await;
+    let h: Value = r.json().await.expect("json");
+    let versions = h["versions"].as_array().cloned().unwrap_or_default();
+    assert_eq!(versions.len(), 3);
+    assert_eq!(versions[0]["version"], 3);
+    assert_eq!(versions[0]["note"], "rollback to version 1");
+    assert_eq!(versions[2]["stages"]["embed"], 0);
+    assert!(
+        versions
+            .iter()
+            .all(|v| v["changed_by"] == "admin"
+                && v["changed_at_ms"].as_i64().is_some_and(|t| t > 0))
+    );
+
+    // A second replica on the same store follows within 2 s.
+    let b = app(&fake, Some(a._data.path().to_owned())).await;
+    assert_eq!(
+        budgets(&b).await["version"],
+        3,
+        "a replica starts with the budgets in force"
+    );
+    let r = patch(&a, json!({"stages": {"embed": 120}})).await;
+    assert_eq!(r.status(), 200);
+    let t = Instant::now();
+    loop {
+        if budgets(&b).await["version"] == 4 {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "the replica did not follow within 2 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(embed_on_next_search(&b).await, ("ok".into(), 120));
+    b.shutdown().await.expect("shutdown b");
+
+    // A restart keeps the budgets in force.
+    let data = a.shutdown_keep_data().await;
+    let a2 = app(&fake, Some(data.path().to_owned())).await;
+    let after = budgets(&a2).await;
+    assert_eq!(
+        (after["version"].clone(), after["stages"]["embed"].clone()),
+        (json!(4), json!(120))
+    );
+    assert_eq!(embed_on_next_search(&a2).await.1, 120);
+    a2.shutdown().await.expect("shutdown");
+    drop(data);
+}
