@@ -363,7 +363,14 @@ where
         cancel: cancel.clone(),
         kept: kept.clone(),
     };
-    let res = tokio::time::timeout_at(deadline, work(ctx).instrument(span.clone())).await;
+    // The deadline is checked first: work that finishes only after it (the
+    // task was polled late) has overrun, whatever it returned.
+    let work = work(ctx).instrument(span.clone());
+    let res = tokio::select! {
+        biased;
+        () = tokio::time::sleep_until(deadline) => Err(()),
+        r = work => Ok(r),
+    };
     // Whatever the work left running (blocking tasks) stops at its next check.
     cancel.cancel();
     let kept = lock(&kept).take();

@@ -82,6 +82,31 @@ async fn timeout_when_the_work_overruns_and_kept_nothing() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn work_ready_only_at_the_deadline_has_overrun() {
+    // The result and the deadline are ready at the same instant (a task
+    // polled late looks like this): the budget wins.
+    let b = RequestBudget::start(
+        &profile(1000, &[(Stage::Embed, 5), (Stage::Retrieve, 5)]),
+        &chat_plan(),
+        None,
+    );
+    let run = b
+        .run(Stage::Embed, |_ctx| async {
+            sleep(Duration::from_millis(5)).await;
+            Ok(Done::Full(()))
+        })
+        .await;
+    assert_eq!(run.outcome, Outcome::Timeout);
+    let run = b
+        .run(Stage::Retrieve, |_ctx| async {
+            sleep(Duration::from_millis(4)).await;
+            Ok(Done::Full(()))
+        })
+        .await;
+    assert_eq!(run.outcome, Outcome::Ok, "a millisecond early is in time");
+}
+
+#[tokio::test(start_paused = true)]
 async fn partial_when_the_work_says_so_or_kept_progress_before_overrunning() {
     let b = RequestBudget::start(&profile(1000, &[(Stage::Rerank, 40)]), &chat_plan(), None);
     let run = b
