@@ -129,8 +129,18 @@ async fn a_zero_rerank_budget_skips_and_a_small_one_is_partial() {
             "all 20 scored where less time scored none: {seen:?} {b}"
         );
         if outcome == "partial" {
+            // "… scored k of n": some, not all, of the candidates (n is 20,
+            // or fewer when a tight budget left retrieval lexical-only).
+            let detail = r["detail"].as_str().unwrap_or_default();
+            let counts: Vec<usize> = detail
+                .rsplit("scored ")
+                .next()
+                .unwrap_or_default()
+                .split(" of ")
+                .filter_map(|n| n.trim().parse().ok())
+                .collect();
             assert!(
-                r["detail"].as_str().unwrap_or_default().contains("of 20"),
+                matches!(counts[..], [k, n] if 0 < k && k < n && n >= 10),
                 "{r}"
             );
             assert_eq!(b["partial"], true);
