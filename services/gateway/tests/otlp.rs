@@ -237,6 +237,15 @@ async fn every_request_is_one_trace_that_tells_its_budget_story() {
         Some("llm_generate")
     );
     assert!(attr(&root.attributes, "tenant").is_some());
+    // The one log line of an overrun, on the request's span.
+    assert!(
+        root.events
+            .iter()
+            .any(|e| e.name == "request overran its budget"
+                && attr(&e.attributes, "stage").as_deref() == Some("llm_generate")),
+        "{:?}",
+        root.events
+    );
     for stage in [
         "embed",
         "cache",
