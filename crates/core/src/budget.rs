@@ -99,6 +99,9 @@ pub struct StageReport {
     pub budget_ms: u64,
     pub elapsed_ms: u64,
     pub outcome: Outcome,
+    /// It ran past its budget (a timeout, or work that finished late).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub overran: bool,
     /// A short human note: why it was skipped, what was kept, the error.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
@@ -161,6 +164,7 @@ mod tests {
                     budget_ms: 20,
                     elapsed_ms: 3,
                     outcome: Outcome::Ok,
+                    overran: false,
                     detail: None,
                 },
                 StageReport {
@@ -168,6 +172,7 @@ mod tests {
                     budget_ms: 10,
                     elapsed_ms: 10,
                     outcome: Outcome::Partial,
+                    overran: true,
                     detail: Some("scored 4 of 20".into()),
                 },
             ],

@@ -319,7 +319,9 @@ impl RequestBudget {
         span.record("budget.elapsed_ms", ms(elapsed));
         span.record("budget.remaining_ms", ms(remaining));
         span.record("budget.outcome", outcome.name());
-        if matches!(outcome, Outcome::Timeout) || (elapsed > budget && !budget.is_zero()) {
+        let overran =
+            matches!(outcome, Outcome::Timeout) || (elapsed > budget && !budget.is_zero());
+        if overran {
             let overrun = elapsed.saturating_sub(budget);
             tracing::warn!(
                 parent: span,
@@ -335,6 +337,7 @@ impl RequestBudget {
             budget_ms: ms(budget),
             elapsed_ms: ms(elapsed),
             outcome,
+            overran,
             detail,
         });
     }

@@ -7,7 +7,7 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::Response;
-use ragtime_core::{BudgetReport, Outcome};
+use ragtime_core::BudgetReport;
 use ragtime_telemetry::metrics::Metrics;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -66,7 +66,7 @@ pub async fn observe(
 pub fn record_report(metrics: &Metrics, report: &BudgetReport) {
     let mut overran = Vec::new();
     for s in &report.stages {
-        let over = s.outcome == Outcome::Timeout || (s.budget_ms > 0 && s.elapsed_ms > s.budget_ms);
+        let over = s.overran;
         metrics.stage(
             s.stage.name(),
             s.outcome.name(),
@@ -84,11 +84,7 @@ pub fn record_report(metrics: &Metrics, report: &BudgetReport) {
             ));
         }
     }
-    if let Some(first) = report
-        .stages
-        .iter()
-        .find(|s| s.outcome == Outcome::Timeout || (s.budget_ms > 0 && s.elapsed_ms > s.budget_ms))
-    {
+    if let Some(first) = report.stages.iter().find(|s| s.overran) {
         tracing::warn!(
             stage = first.stage.name(),
             overrun_ms = first.elapsed_ms.saturating_sub(first.budget_ms),
