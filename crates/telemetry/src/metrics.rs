@@ -244,6 +244,25 @@ impl Metrics {
         }
     }
 
+    /// The stage's latencies (ms) in the window, oldest first, and how many
+    /// seconds the window's samples span (at most the window).
+    pub fn samples(&self, stage: &str) -> (Vec<f64>, f64) {
+        let now = Instant::now();
+        let cutoff = now.checked_sub(self.window);
+        let r = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(q) = r.get(stage) else {
+            return (Vec::new(), 0.0);
+        };
+        let kept: Vec<&(Instant, f64)> = q
+            .iter()
+            .filter(|(t, _)| cutoff.is_none_or(|c| *t >= c))
+            .collect();
+        let span = kept
+            .first()
+            .map_or(0.0, |(t, _)| now.duration_since(*t).as_secs_f64());
+        (kept.iter().map(|(_, ms)| *ms).collect(), span)
+    }
+
     /// p50/p95/p99 per stage over the window.
     pub fn stage_stats(&self) -> BTreeMap<&'static str, StageStats> {
         let cutoff = Instant::now().checked_sub(self.window);

@@ -256,3 +256,124 @@ pub async fn rollback_budgets(
     let p: BudgetProfile = serde_json::from_str(&old.profile).map_err(ApiError::internal)?;
     save(&state, p, &format!("rollback to version {}", body.version)).await
 }
+
+/// Headroom over the observed p95 a proposed budget gets.
+const HEADROOM: f64 = 1.1;
+
+/// `GET /admin/budgets/advice?total_ms=…`: stage budgets for a target total
+/// from the live p95 of each stage, the stage that binds, the partial-answer
+/// rate to expect, and the LLM concurrency the arrival rate needs (Little's
+/// law: in flight = arrival rate × time in the LLM).
+pub async fn budget_advice(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    axum::extract::Query(query): axum::extract::Query<std::collections::HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    authorize(&state, &headers)?;
+    if let Some(other) = query.keys().find(|k| *k != "total_ms") {
+        return Err(ApiError::invalid(
+            other.clone(),
+            "unknown parameter (expected total_ms)",
+        ));
+    }
+    let current = state.budgets();
+    let target = match query.get("total_ms") {
+        None => current.total_ms,
+        Some(v) => v
+            .parse::<u64>()
+            .map_err(|_| ApiError::invalid("total_ms", "must be a whole number of milliseconds"))?,
+    };
+    if target == 0 || target > 3_600_000 {
+        return Err(ApiError::invalid(
+            "total_ms",
+            "must be between 1 and 3600000",
+        ));
+    }
+    // What each stage needs: its p95 with headroom, or (no samples yet)
+    // its current budget.
+    let mut basis = serde_json::Map::new();
+    let mut need: Vec<(Stage, f64, Vec<f64>)> = Vec::new();
+    for s in Stage::ALL {
+        let (mut v, _) = state.metrics.samples(s.name());
+        v.sort_by(f64::total_cmp);
+        let p95 = (!v.is_empty()).then(|| v[((0.95 * (v.len() - 1) as f64).round()) as usize]);
+        let want = match p95 {
+            Some(p) => (p * HEADROOM).ceil().max(1.0),
+            None => current.stage_ms(s) as f64,
+        };
+        basis.insert(
+            s.name().to_owned(),
+            json!({"samples": v.len(), "p95_ms": p95, "needs_ms": want, "from": if p95.is_some() { "p95" } else { "current budget" }}),
+        );
+        need.push((s, want, v));
+    }
+    let total_need: f64 = need.iter().map(|(_, w, _)| w).sum();
+    let fits = total_need <= target as f64;
+    // Fit: spare time goes to generation (longer answers); a shortfall
+    // shrinks every stage in proportion.
+    let scale = if fits {
+        1.0
+    } else {
+        target as f64 / total_need.max(1.0)
+    };
+    let mut proposed = current;
+    proposed.total_ms = target;
+    for (s, want, _) in &need {
+        proposed.set_stage_ms(*s, (want * scale).floor() as u64);
+    }
+    if fits {
+        let spare = target.saturating_sub(proposed.stages_sum_ms());
+        proposed.set_stage_ms(
+            Stage::LlmGenerate,
+            proposed.stage_ms(Stage::LlmGenerate) + spare,
+        );
+    }
+    // The binding stage: the one that needs the most time.
+    let binding = need
+        .iter()
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map_or("llm_generate", |(s, _, _)| s.name());
+    // Expected partial answers: a request is partial when any stage runs
+    // past its budget; per stage, the share of recent samples that would.
+    let mut on_time = 1.0;
+    for (s, _, v) in &need {
+        if v.is_empty() {
+            continue;
+        }
+        let b = proposed.stage_ms(*s) as f64;
+        let over = v.iter().filter(|ms| **ms > b).count() as f64 / v.len() as f64;
+        on_time *= 1.0 - over;
+    }
+    // Little's law on the LLM: one llm_ttft sample per LLM request.
+    let (ttft, span_s) = state.metrics.samples(Stage::LlmTtft.name());
+    let (generate, _) = state.metrics.samples(Stage::LlmGenerate.name());
+    let mean = |v: &[f64]| {
+        if v.is_empty() {
+            0.0
+        } else {
+            v.iter().sum::<f64>() / v.len() as f64
+        }
+    };
+    let rate = if span_s > 0.0 {
+        ttft.len() as f64 / span_s.max(1.0)
+    } else {
+        0.0
+    };
+    let in_llm_ms = mean(&ttft) + mean(&generate);
+    let at_budget_ms = in_llm_ms.min((proposed.llm_ttft_ms + proposed.llm_generate_ms) as f64);
+    Ok(Json(json!({
+        "total_ms": target,
+        "fits": fits,
+        "needs_ms": total_need.ceil(),
+        "proposed": budgets_doc(&proposed, 0)["stages"].clone(),
+        "binding_stage": binding,
+        "expected_partial_rate": 1.0 - on_time,
+        "llm": {
+            "arrival_rate_per_s": rate,
+            "mean_time_in_llm_ms": in_llm_ms,
+            "concurrency_needed": (rate * at_budget_ms / 1000.0).ceil(),
+        },
+        "basis": basis,
+        "window_s": 300,
+    })))
+}

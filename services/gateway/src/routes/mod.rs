@@ -41,6 +41,7 @@ pub fn router(state: Arc<AppState>) -> Router {
                 .patch(admin::patch_budgets),
         )
         .route("/admin/budgets/history", get(admin::budget_history))
+        .route("/admin/budgets/advice", get(admin::budget_advice))
         .route("/admin/budgets/rollback", post(admin::rollback_budgets))
         .with_state(state)
 }

@@ -216,3 +216,121 @@ async fn budgets_change_at_runtime_roll_back_survive_restarts_and_reach_replicas
     a2.shutdown().await.expect("shutdown");
     drop(data);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn advice_fits_the_target_from_live_latencies_and_can_be_applied() {
+    let fake = FakeLlm::start(Behaviour::Answer {
+        tokens: 8,
+        gap: Duration::from_millis(10),
+    })
+    .await;
+    let a = app(&fake, None).await;
+    let r = a
+        .post_json("/v1/documents", json!({"documents": [{"id": "mito", "text": "Mitochondria produce ATP for the cell."}]}))
+        .await;
+    assert_eq!(r.status(), 200);
+    for i in 0..6 {
+        let body = json!({"model": "m", "messages": [{"role": "user", "content": format!("question number {i} about ATP?")}]});
+        assert_eq!(
+            a.post_json("/v1/chat/completions", body).await.status(),
+            200
+        );
+    }
+    let r = admin(
+        &a,
+        reqwest::Method::GET,
+        "/admin/budgets/advice?total_ms=3000",
+        None,
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    let adv: Value = r.json().await.expect("json");
+    let stages = adv["proposed"].as_object().cloned().unwrap_or_default();
+    assert_eq!(stages.len(), 6, "{adv}");
+    let sum: u64 = stages.values().filter_map(Value::as_u64).sum();
+    assert!(sum <= 3000, "{adv}");
+    assert_eq!(adv["fits"], true, "generation takes ~70 ms: {adv}");
+    assert_eq!(sum, 3000, "spare time goes to generation");
+    assert_eq!(adv["basis"]["llm_generate"]["samples"], 6);
+    assert!(
+        adv["basis"]["llm_generate"]["p95_ms"]
+            .as_f64()
+            .is_some_and(|p| p >= 60.0),
+        "{adv}"
+    );
+    let binding = adv["binding_stage"].as_str().unwrap_or_default();
+    assert!(ragtime_core_stage(binding), "{binding}");
+    let rate = adv["expected_partial_rate"].as_f64().unwrap_or(-1.0);
+    assert!((0.0..=1.0).contains(&rate), "{adv}");
+    assert!(
+        adv["llm"]["arrival_rate_per_s"]
+            .as_f64()
+            .is_some_and(|r| r > 0.0),
+        "{adv}"
+    );
+    assert!(
+        adv["llm"]["concurrency_needed"]
+            .as_f64()
+            .is_some_and(|c| c >= 1.0),
+        "{adv}"
+    );
+
+    // Too tight for what the stages take: everything shrinks, and partial
+    // answers become likely.
+    let r = admin(
+        &a,
+        reqwest::Method::GET,
+        "/admin/budgets/advice?total_ms=20",
+        None,
+    )
+    .await;
+    let tight: Value = r.json().await.expect("json");
+    assert_eq!(tight["fits"], false);
+    assert!(
+        tight["expected_partial_rate"]
+            .as_f64()
+            .is_some_and(|p| p > 0.5),
+        "{tight}"
+    );
+
+    // The advice is a valid budget: it can be put in force as it is.
+    let body = json!({"total_ms": 3000, "stages": adv["proposed"].clone()});
+    let r = admin(&a, reqwest::Method::PUT, "/admin/budgets", Some(body)).await;
+    assert_eq!(r.status(), 200);
+
+    for (q, field) in [
+        ("total_ms=0", "total_ms"),
+        ("total_ms=soon", "total_ms"),
+        ("budget=3", "budget"),
+    ] {
+        let r = admin(
+            &a,
+            reqwest::Method::GET,
+            &format!("/admin/budgets/advice?{q}"),
+            None,
+        )
+        .await;
+        let (status, _, f, _) = error_of(r).await;
+        assert_eq!((status, f.as_deref()), (422, Some(field)), "{q}");
+    }
+    let r = a
+        .http
+        .get(a.url("/admin/budgets/advice"))
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(error_of(r).await.0, 401);
+    a.shutdown().await.expect("shutdown");
+}
+
+fn ragtime_core_stage(name: &str) -> bool {
+    [
+        "cache",
+        "embed",
+        "retrieve",
+        "rerank",
+        "llm_ttft",
+        "llm_generate",
+    ]
+    .contains(&name)
+}
