@@ -101,6 +101,15 @@ impl<T> Family<T> {
     }
 }
 
+/// Counts since start (see [`Metrics::totals`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Totals {
+    pub runs: BTreeMap<String, u64>,
+    pub overruns: BTreeMap<String, u64>,
+    pub partial: u64,
+    pub requests: u64,
+}
+
 /// Live percentiles of recent stage latencies.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StageStats {
@@ -242,6 +251,44 @@ impl Metrics {
             m: self.clone(),
             llm: true,
         }
+    }
+
+    /// Since start: per stage, how often it ran (not skipped) and overran;
+    /// partial answers; HTTP requests answered `status` on `route`.
+    pub fn totals(&self, route: &str, status: u16) -> Totals {
+        let mut t = Totals::default();
+        for (labels, h) in self.stage.snapshot() {
+            let stage = labels
+                .iter()
+                .find(|(k, _)| *k == "stage")
+                .map(|(_, v)| v.clone());
+            let skipped = labels
+                .iter()
+                .any(|(k, v)| *k == "outcome" && v == "skipped");
+            if let (Some(stage), false) = (stage, skipped) {
+                *t.runs.entry(stage).or_default() += h.count();
+            }
+        }
+        for (labels, c) in self.overruns.snapshot() {
+            if let Some((_, stage)) = labels.first() {
+                *t.overruns.entry(stage.clone()).or_default() += c.load(Ordering::Relaxed);
+            }
+        }
+        t.partial = self
+            .partial
+            .snapshot()
+            .iter()
+            .map(|(_, c)| c.load(Ordering::Relaxed))
+            .sum();
+        let want = vec![("route", route.to_owned()), ("status", status.to_string())];
+        t.requests = self
+            .requests
+            .snapshot()
+            .iter()
+            .filter(|(l, _)| *l == want)
+            .map(|(_, c)| c.load(Ordering::Relaxed))
+            .sum();
+        t
     }
 
     /// The stage's latencies (ms) in the window, oldest first, and how many

@@ -65,10 +65,24 @@ pub async fn stats(
             )
         })
         .collect();
+    let t = state.metrics.totals("/v1/chat/completions", 200);
+    let overrun_rate: serde_json::Map<String, Value> = t
+        .runs
+        .iter()
+        .map(|(stage, runs)| {
+            let over = t.overruns.get(stage).copied().unwrap_or(0);
+            (stage.clone(), json!(over as f64 / (*runs).max(1) as f64))
+        })
+        .collect();
     Ok(Json(json!({
         "window_s": 300,
         "total_ms": budgets.total_ms,
         "stages": stages,
+        "rates": {
+            "requests": t.requests,
+            "partial_rate": if t.requests > 0 { Some(t.partial as f64 / t.requests as f64) } else { None },
+            "overrun_rate": overrun_rate,
+        },
     })))
 }
 
@@ -376,4 +390,10 @@ pub async fn budget_advice(
         "basis": basis,
         "window_s": 300,
     })))
+}
+
+/// `GET /admin`: the admin page (plain HTML and a little JavaScript, no
+/// external assets). It signs in with the admin key and uses the API above.
+pub async fn page() -> axum::response::Html<&'static str> {
+    axum::response::Html(include_str!("admin_page.html"))
 }

@@ -33,6 +33,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/chat/completions", post(chat::completions))
         .route("/v1/models", get(chat::models))
         .route("/metrics", get(metrics::metrics))
+        .route("/admin", get(admin::page))
         .route("/admin/stats", get(admin::stats))
         .route(
             "/admin/budgets",

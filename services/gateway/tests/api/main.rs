@@ -3,6 +3,7 @@
 //! (unless a test points elsewhere) the real supervised llama-server.
 
 mod admin;
+mod admin_page;
 mod chat;
 mod cli;
 mod deploy;

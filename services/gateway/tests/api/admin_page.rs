@@ -1,0 +1,104 @@
+//! The admin page in a real headless Chromium (Debian's, driven by npm's
+//! `playwright-core`; `make test` installs both): sign in, a refused change
+//! names the field, a saved change is applied to the next request.
+
+use crate::fake_llm::{Behaviour, FakeLlm};
+use crate::helpers::spawn_app_with;
+use serde_json::{Value, json};
+
+const KEY: &str = "admin-key-for-the-browser-test";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_signs_in_changes_a_budget_and_it_is_applied() {
+    let Some(node_path) = std::env::var_os("RAGTIME_TEST_NODE_PATH") else {
+        eprintln!(
+            "RAGTIME_TEST_NODE_PATH is not set (make test sets it): the browser test did not run"
+        );
+        return;
+    };
+    let fake = FakeLlm::start(Behaviour::Fail).await;
+    let url = fake.base_url.clone();
+    let app = spawn_app_with(move |c| {
+        c.llm.base_url = Some(url);
+        c.admin_key = Some(ragtime_gateway::config::Secret(KEY.into()));
+    })
+    .await;
+    app.wait_ready().await;
+    let r = app
+        .post_json(
+            "/v1/documents",
+            json!({"documents": [{"id": "mito", "text": "Mitochondria produce ATP."}]}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        app.post_json("/v1/search", json!({"query": "ATP"}))
+            .await
+            .status(),
+        200
+    );
+
+    let shots = std::env::var_os("RAGTIME_TEST_SCREENSHOTS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e/admin_page.cjs");
+    let out = tokio::process::Command::new("node")
+        .arg(script)
+        .arg(&app.base)
+        .arg(KEY)
+        .arg(&shots)
+        .env("NODE_PATH", &node_path)
+        .output()
+        .await
+        .expect("run node");
+    assert!(
+        out.status.success(),
+        "browser test failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&out.stdout).expect("json from the browser");
+    eprintln!("the browser saw: {seen}");
+    assert_eq!(seen["wrongKey"], "wrong admin key");
+    assert_eq!(seen["before"], "150");
+    assert!(
+        seen["refused"]
+            .as_str()
+            .is_some_and(|m| m.contains("exceeds total_ms")),
+        "{seen}"
+    );
+    assert_eq!(
+        seen["versionAfterRefusal"], "version 0",
+        "a refused change saved nothing"
+    );
+    assert!(
+        seen["saved"]
+            .as_str()
+            .is_some_and(|m| m.contains("version 1")),
+        "{seen}"
+    );
+    assert_eq!(seen["embed"], "77");
+    assert_eq!(seen["history"], 1);
+    assert_eq!(
+        seen["offsite"],
+        json!([]),
+        "the page loads nothing from elsewhere"
+    );
+    assert_eq!(
+        seen["chart"],
+        json!([
+            "cache",
+            "embed",
+            "retrieve",
+            "rerank",
+            "llm_ttft",
+            "llm_generate"
+        ])
+    );
+
+    // Applied: the next request runs under the new budget.
+    let r = app.post_json("/v1/search", json!({"query": "ATP"})).await;
+    let b: Value = r.json().await.expect("json");
+    assert_eq!(b["budget"]["stages"][0]["stage"], "embed");
+    assert_eq!(b["budget"]["stages"][0]["budget_ms"], 77);
+    app.shutdown().await.expect("shutdown");
+}

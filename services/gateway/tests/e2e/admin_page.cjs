@@ -1,0 +1,52 @@
+// The admin page in headless Chromium (playwright-core): a wrong key is
+// refused, the right one signs in, an invalid budget is refused naming the
+// field, a valid one is saved; prints what it saw as one JSON line and
+// leaves a screenshot.
+//
+//   NODE_PATH=… node admin_page.cjs BASE_URL ADMIN_KEY SCREENSHOT_DIR
+const { chromium } = require("playwright-core");
+
+(async () => {
+  const [base, key, shots] = process.argv.slice(2);
+  const browser = await chromium.launch({
+    executablePath: process.env.RAGTIME_TEST_CHROMIUM || "/usr/bin/chromium",
+    args: ["--no-sandbox"],
+  });
+  try {
+    const page = await browser.newPage();
+    const offsite = [];
+    page.on("request", (r) => { if (!r.url().startsWith(base)) offsite.push(r.url()); });
+    await page.goto(base + "/admin");
+    await page.fill("#key", "not-the-admin-key-at-all");
+    await page.click("#sign-in");
+    await page.waitForSelector("#login-error:not(:empty)");
+    const wrongKey = await page.textContent("#login-error");
+
+    await page.fill("#key", key);
+    await page.click("#sign-in");
+    await page.waitForSelector("#app:not([hidden]) #budget-embed");
+    const before = await page.inputValue("#budget-embed");
+
+    await page.fill("#budget-rerank", "999999");
+    await page.click("#save");
+    await page.waitForSelector("#err-rerank:not(:empty)");
+    const refused = await page.textContent("#err-rerank");
+    const versionAfterRefusal = await page.textContent("#version");
+
+    await page.fill("#budget-rerank", "300");
+    await page.fill("#budget-embed", "77");
+    await page.click("#save");
+    await page.waitForFunction(() => document.querySelector("#version").textContent === "version 1");
+    const saved = await page.textContent("#save-msg");
+    await page.waitForSelector("#history button[data-version='1']");
+    const chart = await page.$$eval("#chart .row", (rows) => rows.map((r) => r.dataset.stage));
+    await page.screenshot({ path: shots + "/admin.png", fullPage: true });
+    console.log(JSON.stringify({
+      wrongKey, before, refused, versionAfterRefusal, saved, chart, offsite,
+      embed: await page.inputValue("#budget-embed"),
+      history: await page.$$eval("#history tr", (rows) => rows.length),
+    }));
+  } finally {
+    await browser.close();
+  }
+})().catch((e) => { console.error(e); process.exit(1); });
