@@ -14,10 +14,12 @@ macro_rules! on_pool {
     };
 }
 
+mod api_keys;
 mod budgets;
 mod conversations;
 mod documents;
 
+pub use api_keys::ApiKeyRecord;
 pub use budgets::BudgetVersion;
 pub use conversations::Turn;
 pub use documents::{

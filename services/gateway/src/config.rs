@@ -63,8 +63,32 @@ pub struct Config {
     pub llm: LlmConfig,
     pub chat: ChatConfig,
     pub cache: CacheConfig,
+    pub auth: AuthConfig,
+    pub limits: LimitsConfig,
     pub budgets: BudgetProfile,
     pub telemetry: TelemetryConfig,
+}
+
+/// End-user authentication (`[auth]`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// Refuse `/v1` requests without an API key (`RAGTIME__AUTH__REQUIRE_API_KEY`).
+    /// Off: requests without a key act for the tenant `default`.
+    pub require_api_key: bool,
+}
+
+/// Per-tenant rate limits (`[limits]`); 0 turns a limit off.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Sustained requests per second per tenant on `/v1`.
+    pub requests_per_s: f64,
+    /// Requests a tenant may send at once before the rate applies (0: the
+    /// rate, rounded up).
+    pub burst: u32,
+    /// Chat streams open at once per tenant.
+    pub concurrent_streams: u32,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -238,6 +262,8 @@ impl Default for Config {
             llm: LlmConfig::default(),
             chat: ChatConfig::default(),
             cache: CacheConfig::default(),
+            auth: AuthConfig::default(),
+            limits: LimitsConfig::default(),
             budgets: BudgetProfile::default(),
             telemetry: TelemetryConfig::default(),
         }
@@ -408,6 +434,9 @@ impl Config {
                 "llm.threads",
                 "llm.threads and llm.parallel must be at least 1",
             ));
+        }
+        if !(self.limits.requests_per_s >= 0.0 && self.limits.requests_per_s.is_finite()) {
+            return Err(invalid("limits.requests_per_s", "must be 0 (off) or more"));
         }
         if !(1..=50).contains(&self.chat.top_k) {
             return Err(invalid("chat.top_k", "must be between 1 and 50"));

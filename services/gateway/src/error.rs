@@ -22,6 +22,8 @@ pub enum ErrorCode {
     Unauthorized,
     /// Credentials that do not grant this.
     Forbidden,
+    /// Over a rate limit (429, with `Retry-After`).
+    RateLimited,
     /// The service is starting (models loading) or a dependency is down.
     NotReady,
     /// The request's budget ran out before it could produce anything.
@@ -40,6 +42,7 @@ impl ErrorCode {
             ErrorCode::MethodNotAllowed => "method_not_allowed",
             ErrorCode::Unauthorized => "unauthorized",
             ErrorCode::Forbidden => "forbidden",
+            ErrorCode::RateLimited => "rate_limited",
             ErrorCode::NotReady => "not_ready",
             ErrorCode::BudgetExceeded => "budget_exceeded",
             ErrorCode::Internal => "internal",
@@ -57,6 +60,7 @@ impl ErrorCode {
             ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
             ErrorCode::Forbidden => StatusCode::FORBIDDEN,
+            ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
             ErrorCode::NotReady | ErrorCode::BudgetExceeded => StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -69,6 +73,8 @@ pub struct ApiError {
     pub message: String,
     pub field: Option<String>,
     pub budget: Option<BudgetReport>,
+    /// Seconds for `Retry-After`.
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -78,6 +84,7 @@ impl ApiError {
             message: message.into(),
             field: None,
             budget: None,
+            retry_after: None,
         }
     }
 
@@ -92,6 +99,11 @@ impl ApiError {
     /// Names the request field the error is about.
     pub fn field(mut self, field: impl Into<String>) -> Self {
         self.field = Some(field.into());
+        self
+    }
+
+    pub fn retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds);
         self
     }
 
@@ -127,9 +139,15 @@ impl IntoResponse for ApiError {
                 HeaderValue::from_static("Bearer realm=\"ragtime admin\""),
             );
         }
-        if matches!(self.code, ErrorCode::NotReady | ErrorCode::BudgetExceeded) {
-            resp.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        let retry = match (self.retry_after, self.code) {
+            (Some(s), _) => Some(s),
+            (None, ErrorCode::NotReady | ErrorCode::BudgetExceeded | ErrorCode::RateLimited) => {
+                Some(1)
+            }
+            _ => None,
+        };
+        if let Some(v) = retry.and_then(|s| HeaderValue::from_str(&s.to_string()).ok()) {
+            resp.headers_mut().insert(header::RETRY_AFTER, v);
         }
         resp
     }

@@ -9,6 +9,7 @@ mod observe;
 mod routes;
 mod startup;
 mod state;
+mod tenant;
 
 pub use config::Config;
 pub use startup::{Application, ingest_files, init_telemetry};

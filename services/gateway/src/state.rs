@@ -34,6 +34,8 @@ pub struct AppState {
     pub answers: Option<AnswerCache>,
     /// Prometheus metrics and live stage percentiles.
     pub metrics: Arc<ragtime_telemetry::metrics::Metrics>,
+    /// Per-tenant rate limits.
+    pub limits: crate::tenant::Limits,
 }
 
 impl AppState {
@@ -53,6 +55,11 @@ impl AppState {
             reranker: OnceLock::new(),
             llm_stats: BackendStats::default(),
             metrics: Arc::default(),
+            limits: crate::tenant::Limits::new(
+                config.limits.requests_per_s,
+                config.limits.burst,
+                config.limits.concurrent_streams,
+            ),
             answers: config.cache.enabled.then(|| {
                 let c = &config.cache;
                 AnswerCache::new(ragtime_cache::CacheOptions {

@@ -31,10 +31,13 @@ pub fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> 
                 "send the admin key as Authorization: Bearer <key>",
             )
         })?;
-    let (a, b) = (sent.as_bytes(), key.0.as_bytes());
-    let same = a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0;
-    if same {
+    if crate::tenant::same(sent.as_bytes(), key.0.as_bytes()) {
         Ok(())
+    } else if sent.starts_with("rk_") {
+        Err(ApiError::new(
+            ErrorCode::Forbidden,
+            "an api key cannot use the admin api",
+        ))
     } else {
         Err(ApiError::new(ErrorCode::Forbidden, "wrong admin key"))
     }
@@ -396,4 +399,93 @@ pub async fn budget_advice(
 /// external assets). It signs in with the admin key and uses the API above.
 pub async fn page() -> axum::response::Html<&'static str> {
     axum::response::Html(include_str!("admin_page.html"))
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyIn {
+    tenant: String,
+    #[serde(default)]
+    name: String,
+}
+
+fn key_doc(k: &ragtime_store::ApiKeyRecord) -> Value {
+    json!({
+        "id": k.id,
+        "tenant": k.tenant,
+        "name": k.name,
+        "created_at_ms": k.created_ms,
+        "revoked_at_ms": k.revoked_ms,
+    })
+}
+
+/// `POST /admin/keys {"tenant", "name"?}`: a new API key for a tenant. The
+/// key is in this response only; the store keeps a SHA-256 of its secret.
+pub async fn create_key(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<KeyIn>,
+) -> Result<(axum::http::StatusCode, Json<Value>), ApiError> {
+    authorize(&state, &headers)?;
+    if !crate::tenant::valid_tenant(&body.tenant) {
+        return Err(ApiError::invalid(
+            "tenant",
+            "must be 1 to 32 characters of lowercase letters, digits, '_' or '-'",
+        ));
+    }
+    if body.name.len() > 200 {
+        return Err(ApiError::invalid("name", "at most 200 characters"));
+    }
+    let id = uuid::Uuid::new_v4().simple().to_string()[..12].to_owned();
+    let secret = format!(
+        "{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    );
+    let rec = state
+        .store
+        .add_api_key(
+            &id,
+            &body.tenant,
+            &body.name,
+            &crate::tenant::hash_secret(&secret),
+        )
+        .await
+        .map_err(ApiError::internal)?;
+    tracing::info!(id = %rec.id, tenant = %rec.tenant, "api key created");
+    let mut doc = key_doc(&rec);
+    doc["key"] = json!(format!("rk_{id}_{secret}"));
+    Ok((axum::http::StatusCode::CREATED, Json(doc)))
+}
+
+/// `GET /admin/keys`: every key (never its secret).
+pub async fn list_keys(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    authorize(&state, &headers)?;
+    let keys = state.store.api_keys().await.map_err(ApiError::internal)?;
+    Ok(Json(
+        json!({"keys": keys.iter().map(key_doc).collect::<Vec<_>>()}),
+    ))
+}
+
+/// `DELETE /admin/keys/{id}`: revokes a key at once.
+pub async fn revoke_key(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    authorize(&state, &headers)?;
+    if state
+        .store
+        .revoke_api_key(&id)
+        .await
+        .map_err(ApiError::internal)?
+    {
+        tracing::info!(%id, "api key revoked");
+        Ok(Json(json!({"id": id, "revoked": true})))
+    } else {
+        Err(ApiError::new(ErrorCode::NotFound, format!("no active api key {id:?}")).field("id"))
+    }
 }

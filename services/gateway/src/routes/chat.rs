@@ -11,6 +11,7 @@ use crate::extract::ApiJson;
 use crate::routes::documents::check_collection;
 use crate::routes::{engine, rag_error, with_timing};
 use crate::state::AppState;
+use crate::tenant::Tenant;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, header};
@@ -257,31 +258,41 @@ fn traceparent(headers: &HeaderMap) -> Option<String> {
 
 pub async fn completions(
     State(state): State<Arc<AppState>>,
+    tenant: Tenant,
     headers: HeaderMap,
     ApiJson(req): ApiJson<ChatIn>,
 ) -> Result<Response, ApiError> {
     let c = check(&req, state.config.chat.top_k)?;
     let rag = engine(&state)?;
-    let index = rag.collection(&c.collection).await.map_err(rag_error)?;
+    let stored_collection = tenant.collection(&c.collection);
+    let index = rag
+        .collection(&stored_collection)
+        .await
+        .map_err(|e| rag_error(e, &c.collection))?;
+    let slot = if req.stream {
+        Some(state.limits.open_stream(tenant.name())?)
+    } else {
+        None
+    };
     let keep = state.config.chat.history_messages;
     let (conversation_id, history) = match &req.conversation_id {
         Some(id) => {
             let stored = state
                 .store
-                .conversation_collection(id)
+                .conversation_collection(&tenant.conversation(id))
                 .await
                 .map_err(ApiError::internal)?;
             match stored {
-                Some(coll) if coll != c.collection => {
+                Some(coll) if coll != stored_collection => {
                     return Err(ApiError::invalid(
                         "conversation_id",
-                        format!("this conversation belongs to collection {coll:?}"),
+                        "this conversation belongs to another collection",
                     ));
                 }
                 Some(_) => {
                     let turns = state
                         .store
-                        .recent_turns(id, keep)
+                        .recent_turns(&tenant.conversation(id), keep)
                         .await
                         .map_err(ApiError::internal)?;
                     let h = turns
@@ -302,7 +313,7 @@ pub async fn completions(
         top_k: c.top_k,
         filter: c.filter,
         scope: Scope {
-            tenant: String::new(),
+            tenant: tenant.name().to_owned(),
             collection: c.collection.clone(),
             filter: c.filter_key,
             version: u64::try_from(rag.version()).unwrap_or(0),
@@ -322,14 +333,16 @@ pub async fn completions(
             .map_or(0, |d| d.as_secs()),
         model,
         conversation_id,
-        collection: c.collection,
     };
 
     let (tx, rx) = mpsc::channel::<String>(64);
     let root = tracing::Span::current();
     let task = {
         let state = state.clone();
-        let (conversation, collection) = (meta.conversation_id.clone(), meta.collection.clone());
+        let (conversation, collection) = (
+            tenant.conversation(&meta.conversation_id),
+            stored_collection.clone(),
+        );
         let llm_in_flight = state.metrics.llm_in_flight();
         let work = async move {
             let reranker = state.reranker.get().cloned();
@@ -369,7 +382,7 @@ pub async fn completions(
     };
     if req.stream {
         let include_usage = req.stream_options.is_some_and(|o| o.include_usage);
-        Ok(stream_response(meta, rx, task, include_usage, root))
+        Ok(stream_response(meta, rx, task, include_usage, root, slot))
     } else {
         let mut rx = rx;
         while rx.recv().await.is_some() {}
@@ -414,7 +427,6 @@ struct Meta {
     created: u64,
     model: String,
     conversation_id: String,
-    collection: String,
 }
 
 fn usage_json(a: &ChatAnswer) -> Value {
@@ -475,9 +487,12 @@ fn stream_response(
     task: tokio::task::JoinHandle<ChatAnswer>,
     include_usage: bool,
     root: tracing::Span,
+    slot: Option<crate::tenant::StreamSlot>,
 ) -> Response {
     let (out, body_rx) = mpsc::channel::<Result<Bytes, Infallible>>(64);
     let forward = async move {
+        // The tenant's stream slot is held until the stream ends.
+        let _slot = slot;
         let first = chunk(&meta, json!({"role": "assistant", "content": ""}), None);
         if out.send(frame(&first)).await.is_err() {
             return;

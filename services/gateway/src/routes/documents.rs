@@ -6,6 +6,7 @@ use crate::error::{ApiError, ErrorCode};
 use crate::extract::ApiJson;
 use crate::routes::{engine, rag_error};
 use crate::state::AppState;
+use crate::tenant::Tenant;
 use axum::Json;
 use axum::extract::{FromRequest, Multipart, Path, Query, Request, State};
 use axum::http::header;
@@ -132,6 +133,7 @@ pub fn status_name(u: Upsert) -> &'static str {
 
 pub async fn ingest_docs(
     state: &AppState,
+    tenant: &Tenant,
     collection: &str,
     docs: Vec<DocumentIn>,
 ) -> Result<Json<Value>, ApiError> {
@@ -145,7 +147,10 @@ pub async fn ingest_docs(
             metadata: d.metadata,
         })
         .collect();
-    let results = rag.ingest(collection, docs).await.map_err(rag_error)?;
+    let results = rag
+        .ingest(&tenant.collection(collection), docs)
+        .await
+        .map_err(|e| rag_error(e, collection))?;
     let version = rag
         .store
         .corpus_version()
@@ -164,6 +169,7 @@ pub async fn ingest_docs(
 /// JSON documents, or files as `multipart/form-data`.
 pub async fn create(
     State(state): State<Arc<AppState>>,
+    tenant: Tenant,
     req: Request,
 ) -> Result<Json<Value>, ApiError> {
     let multipart = req
@@ -175,7 +181,7 @@ pub async fn create(
         let form = Multipart::from_request(req, &state).await.map_err(|e| {
             ApiError::invalid("body", format!("bad multipart body: {}", e.body_text()))
         })?;
-        return upload(&state, form).await;
+        return upload(&state, &tenant, form).await;
     }
     let ApiJson(req) = ApiJson::<IngestRequest>::from_request(req, &state).await?;
     check_collection(&req.collection, "collection")?;
@@ -198,11 +204,12 @@ pub async fn create(
             ));
         }
     }
-    ingest_docs(&state, &req.collection, req.documents).await
+    ingest_docs(&state, &tenant, &req.collection, req.documents).await
 }
 
 pub async fn get(
     State(state): State<Arc<AppState>>,
+    tenant: Tenant,
     Path(id): Path<String>,
     Query(q): Query<CollectionQuery>,
 ) -> Result<Json<Value>, ApiError> {
@@ -215,7 +222,7 @@ pub async fn get(
     };
     let Some(coll) = state
         .store
-        .collection_id(&q.collection)
+        .collection_id(&tenant.collection(&q.collection))
         .await
         .map_err(ApiError::internal)?
     else {
@@ -234,7 +241,7 @@ pub async fn get(
     let metadata: Value = serde_json::from_str(&doc.metadata).unwrap_or(Value::Object(Map::new()));
     Ok(Json(json!({
         "id": doc.external_id,
-        "collection": doc.collection,
+        "collection": q.collection,
         "title": doc.title,
         "metadata": metadata,
         "updated_ms": doc.updated_ms,
@@ -246,12 +253,17 @@ pub async fn get(
 
 pub async fn delete(
     State(state): State<Arc<AppState>>,
+    tenant: Tenant,
     Path(id): Path<String>,
     Query(q): Query<CollectionQuery>,
 ) -> Result<Json<Value>, ApiError> {
     check_collection(&q.collection, "collection")?;
     let rag = engine(&state)?;
-    if rag.delete(&q.collection, &id).await.map_err(rag_error)? {
+    if rag
+        .delete(&tenant.collection(&q.collection), &id)
+        .await
+        .map_err(|e| rag_error(e, &q.collection))?
+    {
         Ok(Json(
             json!({"id": id, "collection": q.collection, "deleted": true}),
         ))
@@ -267,7 +279,11 @@ pub async fn delete(
 /// optional `collection` and `metadata` (a JSON object applied to every
 /// document) text parts. Every file is read and validated before anything
 /// is written.
-async fn upload(state: &AppState, mut form: Multipart) -> Result<Json<Value>, ApiError> {
+async fn upload(
+    state: &AppState,
+    tenant: &Tenant,
+    mut form: Multipart,
+) -> Result<Json<Value>, ApiError> {
     let mut collection = default_collection();
     let mut extra = Map::new();
     let mut docs = Vec::new();
@@ -335,7 +351,7 @@ async fn upload(state: &AppState, mut form: Multipart) -> Result<Json<Value>, Ap
             validate_doc(&doc, &path).map(|()| doc)
         })
         .collect::<Result<_, _>>()?;
-    ingest_docs(state, &collection, docs).await
+    ingest_docs(state, tenant, &collection, docs).await
 }
 
 fn multipart_error(e: &axum::extract::multipart::MultipartError) -> ApiError {

@@ -42,6 +42,7 @@ const MODEL: &str = "all-minilm-l6-v2";
 
 pub async fn create(
     State(state): State<Arc<AppState>>,
+    _tenant: crate::tenant::Tenant,
     ApiJson(req): ApiJson<EmbeddingsRequest>,
 ) -> Result<Response, ApiError> {
     let texts = match req.input {

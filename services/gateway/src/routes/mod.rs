@@ -43,6 +43,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .route("/admin/budgets/history", get(admin::budget_history))
         .route("/admin/budgets/advice", get(admin::budget_advice))
+        .route("/admin/keys", get(admin::list_keys).post(admin::create_key))
+        .route("/admin/keys/{id}", axum::routing::delete(admin::revoke_key))
         .route("/admin/budgets/rollback", post(admin::rollback_budgets))
         .with_state(state)
 }
@@ -54,12 +56,15 @@ pub fn engine(state: &AppState) -> Result<Arc<Rag>, ApiError> {
         .ok_or_else(|| ApiError::new(ErrorCode::NotReady, "the models are still loading"))
 }
 
-pub fn rag_error(e: RagError) -> ApiError {
+/// An engine error as the caller sees it (`collection`: the name the
+/// caller used, not the stored one).
+pub fn rag_error(e: RagError, collection: &str) -> ApiError {
     match e {
-        RagError::UnknownCollection(name) => {
-            ApiError::new(ErrorCode::NotFound, format!("unknown collection {name:?}"))
-                .field("collection")
-        }
+        RagError::UnknownCollection(_) => ApiError::new(
+            ErrorCode::NotFound,
+            format!("unknown collection {collection:?}"),
+        )
+        .field("collection"),
         other => ApiError::internal(other),
     }
 }

@@ -5,6 +5,7 @@ use crate::extract::ApiJson;
 use crate::routes::documents::check_collection;
 use crate::routes::{engine, rag_error, with_timing};
 use crate::state::AppState;
+use crate::tenant::Tenant;
 use axum::extract::State;
 use axum::response::Response;
 use ragtime_core::Filter;
@@ -56,6 +57,7 @@ pub struct SearchIn {
 
 pub async fn search_route(
     State(state): State<Arc<AppState>>,
+    tenant: Tenant,
     ApiJson(req): ApiJson<SearchIn>,
 ) -> Result<Response, ApiError> {
     if req.query.trim().is_empty() {
@@ -82,7 +84,10 @@ pub async fn search_route(
         Some(v) => Filter::parse(v, "filter").map_err(|e| ApiError::invalid(e.path, e.message))?,
     };
     let rag = engine(&state)?;
-    let index = rag.collection(&req.collection).await.map_err(rag_error)?;
+    let index = rag
+        .collection(&tenant.collection(&req.collection))
+        .await
+        .map_err(|e| rag_error(e, &req.collection))?;
     let mode = match req.mode {
         None | Some(ModeIn::Hybrid) => Mode::Hybrid,
         Some(ModeIn::Dense) => Mode::Dense,

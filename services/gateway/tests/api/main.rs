@@ -17,4 +17,5 @@ mod observability;
 mod openai_e2e;
 mod rerank;
 mod search;
+mod tenants;
 mod upload;

@@ -1,0 +1,357 @@
+//! API keys and tenants: keys are created and revoked by the admin and
+//! stored hashed; a request without a key, with a bad one, or with the
+//! wrong role is refused; one tenant's documents, conversations and cached
+//! answers never reach another's requests, through every endpoint; rate
+//! limits are per tenant.
+
+use crate::fake_llm::{Behaviour, FakeLlm};
+use crate::helpers::{TestApp, error_of, spawn_app_with};
+use ragtime_gateway::Config;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+const ADMIN: &str = "admin-key-for-the-tenant-tests";
+
+async fn app(fake: &FakeLlm, tweak: impl FnOnce(&mut Config) + Send + 'static) -> TestApp {
+    let url = fake.base_url.clone();
+    let app = spawn_app_with(move |c| {
+        c.llm.base_url = Some(url);
+        c.admin_key = Some(ragtime_gateway::config::Secret(ADMIN.into()));
+        tweak(c);
+    })
+    .await;
+    app.wait_ready().await;
+    app
+}
+
+async fn new_key(app: &TestApp, tenant: &str) -> (String, String) {
+    let r = app
+        .http
+        .post(app.url("/admin/keys"))
+        .bearer_auth(ADMIN)
+        .json(&json!({"tenant": tenant, "name": format!("{tenant}'s key")}))
+        .send()
+        .await
+        .expect("create key");
+    assert_eq!(r.status(), 201);
+    let b: Value = r.json().await.expect("json");
+    (
+        b["id"].as_str().unwrap_or_default().to_owned(),
+        b["key"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+fn as_tenant(
+    app: &TestApp,
+    method: reqwest::Method,
+    path: &str,
+    key: &str,
+) -> reqwest::RequestBuilder {
+    app.http.request(method, app.url(path)).bearer_auth(key)
+}
+
+async fn json_of(r: reqwest::Response) -> (u16, Value) {
+    let s = r.status().as_u16();
+    (s, r.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_never_see_each_others_data_through_any_endpoint() {
+    let fake = FakeLlm::start(Behaviour::Answer {
+        tokens: 3,
+        gap: Duration::from_millis(1),
+    })
+    .await;
+    let app = app(&fake, |_| {}).await;
+    let (acme_id, acme) = new_key(&app, "acme").await;
+    let (_, globex) = new_key(&app, "globex").await;
+    use reqwest::Method as M;
+
+    // acme's secret plan, in its default collection.
+    let r = as_tenant(&app, M::POST, "/v1/documents", &acme)
+        .json(&json!({"documents": [{"id": "plan", "title": "Secret plan", "text": "The acme secret plan is to corner the anvil market in spring."}]}))
+        .send()
+        .await
+        .expect("ingest");
+    assert_eq!(r.status(), 200);
+    // globex has its own default collection, with other text.
+    let r = as_tenant(&app, M::POST, "/v1/documents", &globex)
+        .json(&json!({"documents": [{"id": "memo", "title": "Memo", "text": "Globex plans a picnic in the anvil-free park."}]}))
+        .send()
+        .await
+        .expect("ingest");
+    assert_eq!(r.status(), 200);
+
+    // Search.
+    for (key, want, other) in [(&acme, "plan", "memo"), (&globex, "memo", "plan")] {
+        let (s, b) = json_of(
+            as_tenant(&app, M::POST, "/v1/search", key)
+                .json(&json!({"query": "secret plan anvil market", "mode": "lexical"}))
+                .send()
+                .await
+                .expect("search"),
+        )
+        .await;
+        assert_eq!(s, 200);
+        let ids: Vec<&str> = b["results"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|r| r["document_id"].as_str()).collect())
+            .unwrap_or_default();
+        assert!(ids.contains(&want) && !ids.contains(&other), "{ids:?}");
+    }
+    // The anonymous (default) tenant's own default collection is empty.
+    let (s, b) = json_of(
+        app.post_json(
+            "/v1/search",
+            json!({"query": "secret plan", "mode": "lexical"}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!((s, b["results"].clone()), (200, json!([])), "{b}");
+
+    // Get and delete another tenant's document: not found, and it stays.
+    let (s, _) = json_of(
+        as_tenant(&app, M::GET, "/v1/documents/plan", &globex)
+            .send()
+            .await
+            .expect("get"),
+    )
+    .await;
+    assert_eq!(s, 404);
+    let (s, _) = json_of(
+        as_tenant(&app, M::DELETE, "/v1/documents/plan", &globex)
+            .send()
+            .await
+            .expect("delete"),
+    )
+    .await;
+    assert_eq!(s, 404);
+    let (s, doc) = json_of(
+        as_tenant(&app, M::GET, "/v1/documents/plan", &acme)
+            .send()
+            .await
+            .expect("get"),
+    )
+    .await;
+    assert_eq!(
+        (s, doc["collection"].clone()),
+        (200, json!("default")),
+        "{doc}"
+    );
+
+    // Uploads land in the uploader's namespace.
+    let form = reqwest::multipart::Form::new().part(
+        "file",
+        reqwest::multipart::Part::bytes(b"Globex quarterly numbers are up.".to_vec())
+            .file_name("q.txt"),
+    );
+    let r = as_tenant(&app, M::POST, "/v1/documents", &globex)
+        .multipart(form)
+        .send()
+        .await
+        .expect("upload");
+    assert_eq!(r.status(), 200);
+    let (s, _) = json_of(
+        as_tenant(&app, M::GET, "/v1/documents/q.txt", &acme)
+            .send()
+            .await
+            .expect("get"),
+    )
+    .await;
+    assert_eq!(s, 404);
+
+    // Chat: citations, conversations and cached answers stay with their tenant.
+    let ask = |q: &str, conv: &str| json!({"model": "m", "messages": [{"role": "user", "content": q}], "conversation_id": conv});
+    let (s, a) = json_of(
+        as_tenant(&app, M::POST, "/v1/chat/completions", &acme)
+            .json(&ask("What is the secret plan?", "c1"))
+            .send()
+            .await
+            .expect("chat"),
+    )
+    .await;
+    assert_eq!(s, 200);
+    assert_eq!(a["citations"][0]["document_id"], "plan");
+    let seen_before = fake.seen().len();
+    // Same question, same conversation id, other tenant.
+    let (s, g) = json_of(
+        as_tenant(&app, M::POST, "/v1/chat/completions", &globex)
+            .json(&ask("What is the secret plan?", "c1"))
+            .send()
+            .await
+            .expect("chat"),
+    )
+    .await;
+    assert_eq!(s, 200);
+    assert_eq!(g["cached"], false, "acme's cached answer is not globex's");
+    assert_eq!(fake.seen().len(), seen_before + 1);
+    let cited: Vec<&str> = g["citations"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|c| c["document_id"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(!cited.contains(&"plan"), "{cited:?}");
+    let prompt = fake
+        .seen()
+        .last()
+        .map(|s| s.body["messages"].clone())
+        .unwrap_or_default();
+    assert_eq!(
+        prompt.as_array().map(Vec::len),
+        Some(2),
+        "no history from acme's c1: {prompt}"
+    );
+    assert!(!prompt.to_string().contains("anvil market"), "{prompt}");
+    // acme's own follow-up does get its history, and its cache.
+    let (_, again) = json_of(
+        as_tenant(&app, M::POST, "/v1/chat/completions", &acme)
+            .json(&json!({"model": "m", "messages": [{"role": "user", "content": "What is the secret plan?"}]}))
+            .send()
+            .await
+            .expect("chat"),
+    )
+    .await;
+    assert_eq!(again["cached"], true);
+
+    // Any other bearer token (OpenAI clients always send one) is no key:
+    // the default tenant, which sees none of this.
+    let (s, b) = json_of(
+        as_tenant(&app, M::POST, "/v1/search", "sk-not-a-ragtime-key")
+            .json(&json!({"query": "secret plan", "mode": "lexical"}))
+            .send()
+            .await
+            .expect("search"),
+    )
+    .await;
+    assert_eq!((s, b["results"].clone()), (200, json!([])));
+
+    // Keys: listed without secrets; revoked at once.
+    let (_, keys) = json_of(
+        app.http
+            .get(app.url("/admin/keys"))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .expect("keys"),
+    )
+    .await;
+    let listed = keys.to_string();
+    assert!(
+        listed.contains(&acme_id) && !listed.contains(&acme[acme.len() - 20..]),
+        "{listed}"
+    );
+    let (s, _) = json_of(
+        app.http
+            .delete(app.url(&format!("/admin/keys/{acme_id}")))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .expect("revoke"),
+    )
+    .await;
+    assert_eq!(s, 200);
+    let r = as_tenant(&app, M::POST, "/v1/search", &acme)
+        .json(&json!({"query": "plan"}))
+        .send()
+        .await
+        .expect("search");
+    assert_eq!(error_of(r).await.0, 401, "a revoked key is refused");
+    app.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_roles_and_rate_limits() {
+    let fake = FakeLlm::start(Behaviour::Fail).await;
+    let app = app(&fake, |c| {
+        c.auth.require_api_key = true;
+        c.limits.requests_per_s = 1.0;
+        c.limits.burst = 2;
+    })
+    .await;
+    let (_, acme) = new_key(&app, "acme").await;
+    let (_, globex) = new_key(&app, "globex").await;
+    let search = |key: Option<&str>| {
+        let mut r = app
+            .http
+            .post(app.url("/v1/search"))
+            .json(&json!({"query": "x", "collection": "none"}));
+        if let Some(k) = key {
+            r = r.bearer_auth(k);
+        }
+        r.send()
+    };
+    // 401 without a key or with a bad one; 403 with the wrong role.
+    let (s, code, _, _) = error_of(search(None).await.expect("search")).await;
+    assert_eq!((s, code.as_str()), (401, "unauthorized"));
+    assert_eq!(
+        error_of(search(Some("rk_nope_nope")).await.expect("search"))
+            .await
+            .0,
+        401
+    );
+    let tampered = format!("{}x", &acme[..acme.len() - 1]);
+    assert_eq!(
+        error_of(search(Some(&tampered)).await.expect("search"))
+            .await
+            .0,
+        401
+    );
+    assert_eq!(
+        error_of(search(Some(ADMIN)).await.expect("search")).await.0,
+        403,
+        "admin key on /v1"
+    );
+    let r = app
+        .http
+        .get(app.url("/admin/budgets"))
+        .bearer_auth(&acme)
+        .send()
+        .await
+        .expect("admin");
+    assert_eq!(error_of(r).await.0, 403, "api key on /admin");
+    // Bad key requests are refused naming the field.
+    for (body, field) in [
+        (json!({"tenant": "Not Valid"}), "tenant"),
+        (json!({"name": "x"}), "tenant"),
+    ] {
+        let r = app
+            .http
+            .post(app.url("/admin/keys"))
+            .bearer_auth(ADMIN)
+            .json(&body)
+            .send()
+            .await
+            .expect("create");
+        let (s, _, f, _) = error_of(r).await;
+        assert_eq!((s, f.as_deref()), (422, Some(field)), "{body}");
+    }
+
+    // Rate limits, per tenant: a burst of 2, then 1 per second.
+    for _ in 0..2 {
+        assert_eq!(
+            search(Some(&acme)).await.expect("search").status(),
+            404,
+            "unknown collection, but admitted"
+        );
+    }
+    let r = search(Some(&acme)).await.expect("search");
+    assert_eq!(r.status(), 429);
+    assert!(r.headers().get("retry-after").is_some_and(|v| {
+        v.to_str()
+            .is_ok_and(|s| s.parse::<u64>().is_ok_and(|n| n >= 1))
+    }));
+    let (_, code, _, _) = error_of(r).await;
+    assert_eq!(code, "rate_limited");
+    assert_eq!(
+        search(Some(&globex)).await.expect("search").status(),
+        404,
+        "globex has its own bucket"
+    );
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(
+        search(Some(&acme)).await.expect("search").status(),
+        404,
+        "refilled"
+    );
+    app.shutdown().await.expect("shutdown");
+}
