@@ -65,3 +65,28 @@ impl Store {
         Ok(rows.into_iter().map(to_version).collect())
     }
 }
+
+impl Store {
+    /// Sets (or replaces) a tenant's own budget profile (JSON).
+    pub async fn set_tenant_budgets(&self, tenant: &str, profile: &str) -> Result<(), StoreError> {
+        let q = "INSERT INTO tenant_budgets (tenant, profile, changed_ms) VALUES ($1, $2, $3) \
+                 ON CONFLICT (tenant) DO UPDATE SET profile = excluded.profile, changed_ms = excluded.changed_ms";
+        on_pool!(self, p => {
+            sqlx::query(q).bind(tenant).bind(profile).bind(now_ms()).execute(p).await?;
+        });
+        Ok(())
+    }
+
+    /// Removes a tenant's override; `false` if it had none.
+    pub async fn delete_tenant_budgets(&self, tenant: &str) -> Result<bool, StoreError> {
+        let q = "DELETE FROM tenant_budgets WHERE tenant = $1";
+        let n = on_pool!(self, p => sqlx::query(q).bind(tenant).execute(p).await?.rows_affected());
+        Ok(n > 0)
+    }
+
+    /// Every override: (tenant, profile JSON).
+    pub async fn tenant_budgets(&self) -> Result<Vec<(String, String)>, StoreError> {
+        let q = "SELECT tenant, profile FROM tenant_budgets ORDER BY tenant";
+        Ok(on_pool!(self, p => sqlx::query_as(q).fetch_all(p).await?))
+    }
+}

@@ -229,6 +229,44 @@ async fn exercise_budgets(store: &Store) {
     assert_eq!(store.budget_history(10).await.expect("history"), vec![b, a]);
 }
 
+async fn exercise_keys_and_tenant_budgets(store: &Store) {
+    let k = store
+        .add_api_key("k1", "acme", "ci", "abc123")
+        .await
+        .expect("add key");
+    assert_eq!(store.api_key("k1").await.expect("get"), Some(k.clone()));
+    assert_eq!(store.api_key("nope").await.expect("get"), None);
+    assert!(store.revoke_api_key("k1").await.expect("revoke"));
+    assert!(!store.revoke_api_key("k1").await.expect("revoke twice"));
+    let k = store
+        .api_key("k1")
+        .await
+        .expect("get")
+        .expect("still listed");
+    assert!(k.revoked_ms.is_some());
+    assert_eq!(store.api_keys().await.expect("list").len(), 1);
+
+    store
+        .set_tenant_budgets("acme", "{\"a\":1}")
+        .await
+        .expect("set");
+    store
+        .set_tenant_budgets("acme", "{\"a\":2}")
+        .await
+        .expect("replace");
+    assert_eq!(
+        store.tenant_budgets().await.expect("list"),
+        vec![("acme".to_owned(), "{\"a\":2}".to_owned())]
+    );
+    assert!(store.delete_tenant_budgets("acme").await.expect("delete"));
+    assert!(
+        !store
+            .delete_tenant_budgets("acme")
+            .await
+            .expect("delete again")
+    );
+}
+
 #[tokio::test]
 async fn sqlite_store_migrates_and_survives_reopen() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -244,6 +282,7 @@ async fn sqlite_store_migrates_and_survives_reopen() {
     exercise_documents(&again).await;
     exercise_conversations(&again).await;
     exercise_budgets(&again).await;
+    exercise_keys_and_tenant_budgets(&again).await;
 }
 
 #[tokio::test]
@@ -261,6 +300,7 @@ async fn postgres_store_migrates_and_survives_reopen() {
     exercise_documents(&again).await;
     exercise_conversations(&again).await;
     exercise_budgets(&again).await;
+    exercise_keys_and_tenant_budgets(&again).await;
     again.close().await;
     db.drop_db().await;
 }

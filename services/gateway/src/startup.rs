@@ -91,6 +91,10 @@ impl Application {
         let state = Arc::new(AppState::new(config, store, llm, local));
         // Budgets changed at runtime survive restarts and reach every replica.
         state.sync_budgets().await.map_err(anyhow::Error::msg)?;
+        state
+            .sync_tenant_budgets()
+            .await
+            .map_err(anyhow::Error::msg)?;
         let follower = Arc::downgrade(&state);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -101,6 +105,9 @@ impl Application {
                 };
                 if let Err(e) = state.sync_budgets().await {
                     tracing::warn!(error = %e, "could not read the budget versions");
+                }
+                if let Err(e) = state.sync_tenant_budgets().await {
+                    tracing::warn!(error = %e, "could not read the tenants' budgets");
                 }
             }
         });

@@ -36,6 +36,8 @@ pub struct AppState {
     pub metrics: Arc<ragtime_telemetry::metrics::Metrics>,
     /// Per-tenant rate limits.
     pub limits: crate::tenant::Limits,
+    /// Tenants' own budget profiles, overriding the global one.
+    tenant_budgets: RwLock<std::collections::HashMap<String, BudgetProfile>>,
 }
 
 impl AppState {
@@ -55,6 +57,7 @@ impl AppState {
             reranker: OnceLock::new(),
             llm_stats: BackendStats::default(),
             metrics: Arc::default(),
+            tenant_budgets: RwLock::default(),
             limits: crate::tenant::Limits::new(
                 config.limits.requests_per_s,
                 config.limits.burst,
@@ -78,6 +81,45 @@ impl AppState {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .0
+    }
+
+    /// The budgets a tenant's new requests start with: its own profile, or
+    /// the global one.
+    pub fn budgets_for(&self, tenant: &str) -> BudgetProfile {
+        self.tenant_budgets
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(tenant)
+            .copied()
+            .unwrap_or_else(|| self.budgets())
+    }
+
+    /// The tenants' own profiles.
+    pub fn tenant_overrides(&self) -> std::collections::HashMap<String, BudgetProfile> {
+        self.tenant_budgets
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Replaces the in-memory overrides with what the store holds.
+    pub async fn sync_tenant_budgets(&self) -> Result<(), String> {
+        let rows = self
+            .store
+            .tenant_budgets()
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut map = std::collections::HashMap::new();
+        for (tenant, json) in rows {
+            let p: BudgetProfile = serde_json::from_str(&json)
+                .map_err(|e| format!("budgets of tenant {tenant}: {e}"))?;
+            map.insert(tenant, p);
+        }
+        *self
+            .tenant_budgets
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = map;
+        Ok(())
     }
 
     /// The budgets in force and their version.

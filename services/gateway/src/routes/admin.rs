@@ -489,3 +489,87 @@ pub async fn revoke_key(
         Err(ApiError::new(ErrorCode::NotFound, format!("no active api key {id:?}")).field("id"))
     }
 }
+
+fn tenant_path(tenant: &str) -> Result<(), ApiError> {
+    if crate::tenant::valid_tenant(tenant) {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(
+            "tenant",
+            "must be 1 to 32 characters of lowercase letters, digits, '_' or '-'",
+        ))
+    }
+}
+
+/// `GET /admin/tenants/{tenant}/budgets`: the budgets the tenant's requests
+/// start with, and whether they are its own.
+pub async fn get_tenant_budgets(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    axum::extract::Path(tenant): axum::extract::Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    authorize(&state, &headers)?;
+    tenant_path(&tenant)?;
+    let own = state.tenant_overrides().contains_key(&tenant);
+    let p = state.budgets_for(&tenant);
+    let mut d = budgets_doc(&p, state.budgets_versioned().1);
+    d["tenant"] = json!(tenant);
+    d["override"] = json!(own);
+    Ok(Json(d))
+}
+
+/// `PUT /admin/tenants/{tenant}/budgets`: the tenant's own profile: the
+/// fields sent over the global budgets in force now (same validation as
+/// `PATCH /admin/budgets`).
+pub async fn put_tenant_budgets(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    axum::extract::Path(tenant): axum::extract::Path<String>,
+    ApiJson(body): ApiJson<Value>,
+) -> Result<Json<Value>, ApiError> {
+    authorize(&state, &headers)?;
+    tenant_path(&tenant)?;
+    let p = apply(state.budgets(), &body, false)?;
+    let text = serde_json::to_string(&p).map_err(ApiError::internal)?;
+    state
+        .store
+        .set_tenant_budgets(&tenant, &text)
+        .await
+        .map_err(ApiError::internal)?;
+    state
+        .sync_tenant_budgets()
+        .await
+        .map_err(ApiError::internal)?;
+    tracing::info!(%tenant, "tenant budgets set through the admin api");
+    let mut d = budgets_doc(&p, state.budgets_versioned().1);
+    d["tenant"] = json!(tenant);
+    d["override"] = json!(true);
+    Ok(Json(d))
+}
+
+/// `DELETE /admin/tenants/{tenant}/budgets`: back to the global budgets.
+pub async fn delete_tenant_budgets(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    axum::extract::Path(tenant): axum::extract::Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    authorize(&state, &headers)?;
+    tenant_path(&tenant)?;
+    if !state
+        .store
+        .delete_tenant_budgets(&tenant)
+        .await
+        .map_err(ApiError::internal)?
+    {
+        return Err(ApiError::new(
+            ErrorCode::NotFound,
+            format!("tenant {tenant:?} has no budgets of its own"),
+        )
+        .field("tenant"));
+    }
+    state
+        .sync_tenant_budgets()
+        .await
+        .map_err(ApiError::internal)?;
+    Ok(Json(json!({"tenant": tenant, "override": false})))
+}

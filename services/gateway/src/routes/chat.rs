@@ -325,7 +325,7 @@ pub async fn completions(
         traceparent: traceparent(&headers),
         context_tokens: state.config.llm.ctx_size as usize,
     };
-    let budget = RequestBudget::start(&state.budgets(), &CHAT_PLAN, req.budget_ms);
+    let budget = RequestBudget::start(&state.budgets_for(tenant.name()), &CHAT_PLAN, req.budget_ms);
     let meta = Meta {
         id: format!("chatcmpl-{}", uuid::Uuid::new_v4().simple()),
         created: std::time::SystemTime::now()

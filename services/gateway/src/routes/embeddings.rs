@@ -42,7 +42,7 @@ const MODEL: &str = "all-minilm-l6-v2";
 
 pub async fn create(
     State(state): State<Arc<AppState>>,
-    _tenant: crate::tenant::Tenant,
+    tenant: crate::tenant::Tenant,
     ApiJson(req): ApiJson<EmbeddingsRequest>,
 ) -> Result<Response, ApiError> {
     let texts = match req.input {
@@ -98,7 +98,7 @@ pub async fn create(
     })?;
 
     // A batch endpoint: the embed stage may use the request's whole budget.
-    let mut profile = state.budgets().tightened(req.budget_ms);
+    let mut profile = state.budgets_for(tenant.name()).tightened(req.budget_ms);
     profile.embed_ms = profile.total_ms;
     let budget = RequestBudget::start(
         &profile,

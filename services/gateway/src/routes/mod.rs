@@ -44,6 +44,12 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/admin/budgets/history", get(admin::budget_history))
         .route("/admin/budgets/advice", get(admin::budget_advice))
         .route("/admin/keys", get(admin::list_keys).post(admin::create_key))
+        .route(
+            "/admin/tenants/{tenant}/budgets",
+            get(admin::get_tenant_budgets)
+                .put(admin::put_tenant_budgets)
+                .delete(admin::delete_tenant_budgets),
+        )
         .route("/admin/keys/{id}", axum::routing::delete(admin::revoke_key))
         .route("/admin/budgets/rollback", post(admin::rollback_budgets))
         .with_state(state)

@@ -108,7 +108,7 @@ pub async fn search_route(
     } else {
         &SEARCH_PLAN
     };
-    let budget = RequestBudget::start(&state.budgets(), plan, req.budget_ms);
+    let budget = RequestBudget::start(&state.budgets_for(tenant.name()), plan, req.budget_ms);
     let r = &state.config.rerank;
     let mut out = search(
         &budget,

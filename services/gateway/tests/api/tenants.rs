@@ -355,3 +355,100 @@ async fn keys_roles_and_rate_limits() {
     );
     app.shutdown().await.expect("shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_can_have_budgets_of_its_own() {
+    let fake = FakeLlm::start(Behaviour::Fail).await;
+    let app = app(&fake, |_| {}).await;
+    let (_, acme) = new_key(&app, "acme").await;
+    let (_, globex) = new_key(&app, "globex").await;
+    use reqwest::Method as M;
+    for key in [&acme, &globex] {
+        let r = as_tenant(&app, M::POST, "/v1/documents", key)
+            .json(&json!({"documents": [{"id": "d", "text": "Mitochondria produce ATP."}]}))
+            .send()
+            .await
+            .expect("ingest");
+        assert_eq!(r.status(), 200);
+    }
+    let embed_of = |key: String, budget_ms: Option<u64>| {
+        let mut body = json!({"query": "ATP"});
+        if let Some(b) = budget_ms {
+            body["budget_ms"] = json!(b);
+        }
+        let req = as_tenant(&app, M::POST, "/v1/search", &key).json(&body);
+        async move {
+            let (_, b) = json_of(req.send().await.expect("search")).await;
+            (
+                b["budget"]["stages"][0]["outcome"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                b["budget"]["total_ms"].as_u64().unwrap_or_default(),
+            )
+        }
+    };
+    let admin = |m: M, body: Option<Value>| {
+        let mut r = app
+            .http
+            .request(m, app.url("/admin/tenants/acme/budgets"))
+            .bearer_auth(ADMIN);
+        if let Some(b) = body {
+            r = r.json(&b);
+        }
+        r.send()
+    };
+    let (s, b) = json_of(
+        admin(
+            M::PUT,
+            Some(json!({"total_ms": 14800, "stages": {"embed": 0}})),
+        )
+        .await
+        .expect("put"),
+    )
+    .await;
+    assert_eq!(
+        (s, b["override"].clone(), b["stages"]["embed"].clone()),
+        (200, json!(true), json!(0)),
+        "{b}"
+    );
+    assert_eq!(
+        embed_of(acme.clone(), None).await,
+        ("fallback".into(), 14800)
+    );
+    assert_eq!(
+        embed_of(globex.clone(), None).await,
+        ("ok".into(), 15000),
+        "other tenants keep the global budgets"
+    );
+    // A request's own budget_ms still only tightens.
+    assert_eq!(embed_of(acme.clone(), Some(60_000)).await.1, 14800);
+    assert_eq!(embed_of(acme.clone(), Some(3000)).await.1, 3000);
+    // Refused overrides name the field; the override stays as it was.
+    let (s, e) = json_of(
+        admin(M::PUT, Some(json!({"stages": {"rerank": 99999}})))
+            .await
+            .expect("put"),
+    )
+    .await;
+    assert_eq!(
+        (s, e["error"]["field"].clone()),
+        (422, json!("stages.rerank"))
+    );
+    let r = app
+        .http
+        .put(app.url("/admin/tenants/Not%20Valid/budgets"))
+        .bearer_auth(ADMIN)
+        .json(&json!({}))
+        .send()
+        .await
+        .expect("put");
+    assert_eq!(error_of(r).await.2.as_deref(), Some("tenant"));
+    // Removed: back to the global budgets.
+    let (s, _) = json_of(admin(M::DELETE, None).await.expect("delete")).await;
+    assert_eq!(s, 200);
+    assert_eq!(embed_of(acme.clone(), None).await, ("ok".into(), 15000));
+    let (s, _) = json_of(admin(M::DELETE, None).await.expect("delete")).await;
+    assert_eq!(s, 404);
+    app.shutdown().await.expect("shutdown");
+}
