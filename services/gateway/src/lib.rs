@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod error;
+mod experiment;
 mod extract;
 pub mod files;
 mod observe;

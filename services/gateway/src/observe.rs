@@ -32,6 +32,7 @@ pub fn request_span(req: &Request) -> Span {
         tenant = "default",
         ragtime.partial = field::Empty,
         ragtime.partial_reason = field::Empty,
+        ragtime.experiment_arm = field::Empty,
     );
     ragtime_telemetry::continue_trace(&span, header("traceparent"), header("tracestate"));
     span

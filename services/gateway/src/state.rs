@@ -38,6 +38,8 @@ pub struct AppState {
     pub limits: crate::tenant::Limits,
     /// Tenants' own budget profiles, overriding the global one.
     tenant_budgets: RwLock<std::collections::HashMap<String, BudgetProfile>>,
+    /// The budget experiment running, if any.
+    pub experiment: RwLock<Option<Arc<crate::experiment::Experiment>>>,
 }
 
 impl AppState {
@@ -58,6 +60,7 @@ impl AppState {
             llm_stats: BackendStats::default(),
             metrics: Arc::default(),
             tenant_budgets: RwLock::default(),
+            experiment: RwLock::default(),
             limits: crate::tenant::Limits::new(
                 config.limits.requests_per_s,
                 config.limits.burst,
@@ -92,6 +95,31 @@ impl AppState {
             .get(tenant)
             .copied()
             .unwrap_or_else(|| self.budgets())
+    }
+
+    /// The profile a tenant's new request runs under, and its experiment
+    /// arm when an experiment is running (also recorded on the request span).
+    pub fn profile_for(
+        &self,
+        tenant: &str,
+    ) -> (
+        BudgetProfile,
+        Option<(Arc<crate::experiment::Experiment>, crate::experiment::Arm)>,
+    ) {
+        let base = self.budgets_for(tenant);
+        let exp = self
+            .experiment
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        match exp {
+            Some(e) => {
+                let (arm, p) = e.assign(base);
+                tracing::Span::current().record("ragtime.experiment_arm", arm.name());
+                (p, Some((e, arm)))
+            }
+            None => (base, None),
+        }
     }
 
     /// The tenants' own profiles.

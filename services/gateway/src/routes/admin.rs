@@ -573,3 +573,103 @@ pub async fn delete_tenant_budgets(
         .map_err(ApiError::internal)?;
     Ok(Json(json!({"tenant": tenant, "override": false})))
 }
+
+/// `POST /admin/experiments {"name", "share", "candidate": {"total_ms"?,
+/// "stages"?}}`: sends `share` of requests to the candidate budgets (the
+/// fields sent over the global budgets in force).
+pub async fn start_experiment(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<Value>,
+) -> Result<(axum::http::StatusCode, Json<Value>), ApiError> {
+    authorize(&state, &headers)?;
+    let Some(obj) = body.as_object() else {
+        return Err(ApiError::invalid("", "expected a JSON object"));
+    };
+    if let Some(k) = obj
+        .keys()
+        .find(|k| !matches!(k.as_str(), "name" | "share" | "candidate"))
+    {
+        return Err(ApiError::invalid(
+            k.clone(),
+            "unknown field (expected name, share, candidate)",
+        ));
+    }
+    let name = obj
+        .get("name")
+        .and_then(Value::as_str)
+        .filter(|n| !n.trim().is_empty() && n.len() <= 100)
+        .ok_or_else(|| ApiError::invalid("name", "must be a name of 1 to 100 characters"))?;
+    let share = obj
+        .get("share")
+        .and_then(Value::as_f64)
+        .filter(|s| *s > 0.0 && *s <= 1.0)
+        .ok_or_else(|| {
+            ApiError::invalid("share", "must be a number greater than 0 and at most 1")
+        })?;
+    let cand = obj
+        .get("candidate")
+        .ok_or_else(|| ApiError::invalid("candidate", "missing field"))?;
+    let candidate = apply(state.budgets(), cand, false).map_err(|mut e| {
+        e.field = Some(match e.field.take() {
+            Some(f) if !f.is_empty() => format!("candidate.{f}"),
+            _ => "candidate".to_owned(),
+        });
+        e
+    })?;
+    let exp = Arc::new(crate::experiment::Experiment::new(
+        name.to_owned(),
+        share,
+        candidate,
+    ));
+    {
+        let mut slot = state
+            .experiment
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(running) = slot.as_ref() {
+            return Err(ApiError::invalid(
+                "name",
+                format!("experiment {:?} is running; stop it first", running.name),
+            ));
+        }
+        *slot = Some(exp.clone());
+    }
+    tracing::info!(name, share, "budget experiment started");
+    Ok((
+        axum::http::StatusCode::CREATED,
+        Json(json!({"running": exp.report(&state.budgets())})),
+    ))
+}
+
+/// `GET /admin/experiments`: the running experiment, arm by arm.
+pub async fn get_experiment(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    authorize(&state, &headers)?;
+    let exp = state
+        .experiment
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    Ok(Json(
+        json!({"running": exp.map(|e| e.report(&state.budgets()))}),
+    ))
+}
+
+/// `DELETE /admin/experiments`: stops it; answers its final figures.
+pub async fn stop_experiment(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    authorize(&state, &headers)?;
+    let exp = state
+        .experiment
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take()
+        .ok_or_else(|| ApiError::new(ErrorCode::NotFound, "no experiment is running"))?;
+    tracing::info!(name = %exp.name, "budget experiment stopped");
+    Ok(Json(json!({"stopped": exp.report(&state.budgets())})))
+}

@@ -325,7 +325,8 @@ pub async fn completions(
         traceparent: traceparent(&headers),
         context_tokens: state.config.llm.ctx_size as usize,
     };
-    let budget = RequestBudget::start(&state.budgets_for(tenant.name()), &CHAT_PLAN, req.budget_ms);
+    let (profile, arm) = state.profile_for(tenant.name());
+    let budget = RequestBudget::start(&profile, &CHAT_PLAN, req.budget_ms);
     let meta = Meta {
         id: format!("chatcmpl-{}", uuid::Uuid::new_v4().simple()),
         created: std::time::SystemTime::now()
@@ -368,6 +369,9 @@ pub async fn completions(
             drop(tx);
             drop(llm_in_flight);
             record(&state, &answer);
+            if let Some((e, a)) = &arm {
+                e.record(*a, &answer.report, answer.partial);
+            }
             if !answer.text.trim().is_empty()
                 && let Err(e) = state
                     .store

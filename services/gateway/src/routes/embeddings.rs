@@ -98,7 +98,7 @@ pub async fn create(
     })?;
 
     // A batch endpoint: the embed stage may use the request's whole budget.
-    let mut profile = state.budgets_for(tenant.name()).tightened(req.budget_ms);
+    let mut profile = state.profile_for(tenant.name()).0.tightened(req.budget_ms);
     profile.embed_ms = profile.total_ms;
     let budget = RequestBudget::start(
         &profile,

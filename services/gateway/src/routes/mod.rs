@@ -45,6 +45,12 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/admin/budgets/advice", get(admin::budget_advice))
         .route("/admin/keys", get(admin::list_keys).post(admin::create_key))
         .route(
+            "/admin/experiments",
+            get(admin::get_experiment)
+                .post(admin::start_experiment)
+                .delete(admin::stop_experiment),
+        )
+        .route(
             "/admin/tenants/{tenant}/budgets",
             get(admin::get_tenant_budgets)
                 .put(admin::put_tenant_budgets)

@@ -108,7 +108,8 @@ pub async fn search_route(
     } else {
         &SEARCH_PLAN
     };
-    let budget = RequestBudget::start(&state.budgets_for(tenant.name()), plan, req.budget_ms);
+    let (profile, arm) = state.profile_for(tenant.name());
+    let budget = RequestBudget::start(&profile, plan, req.budget_ms);
     let r = &state.config.rerank;
     let mut out = search(
         &budget,
@@ -160,6 +161,9 @@ pub async fn search_route(
     let report = out.report;
     let partial = report.first_degraded().is_some();
     crate::observe::record_report(&state.metrics, &report);
+    if let Some((e, a)) = &arm {
+        e.record(*a, &report, partial);
+    }
     crate::observe::record_partial(partial, report.first_degraded().map(|s| s.stage.name()));
     Ok(with_timing(
         &report,

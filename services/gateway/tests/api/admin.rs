@@ -334,3 +334,94 @@ fn ragtime_core_stage(name: &str) -> bool {
     ]
     .contains(&name)
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_experiment_sends_a_share_of_traffic_to_a_candidate_and_reports_each_arm() {
+    let fake = FakeLlm::start(Behaviour::Fail).await;
+    let a = app(&fake, None).await;
+    let r = a
+        .post_json("/v1/documents", json!({"documents": [{"id": "mito", "text": "Mitochondria produce ATP for the cell."}]}))
+        .await;
+    assert_eq!(r.status(), 200);
+    let start = |body: Value| admin(&a, reqwest::Method::POST, "/admin/experiments", Some(body));
+
+    // Refused starts name the field.
+    for (body, field) in [
+        (json!({"share": 0.5, "candidate": {}}), "name"),
+        (json!({"name": "x", "share": 0, "candidate": {}}), "share"),
+        (json!({"name": "x", "share": 1.5, "candidate": {}}), "share"),
+        (json!({"name": "x", "share": 0.5}), "candidate"),
+        (
+            json!({"name": "x", "share": 0.5, "candidate": {"stages": {"embed": 99999}}}),
+            "candidate.stages.embed",
+        ),
+        (
+            json!({"name": "x", "share": 0.5, "candidate": {}, "arms": 3}),
+            "arms",
+        ),
+    ] {
+        let (s, _, f, e) = error_of(start(body.clone()).await).await;
+        assert_eq!((s, f.as_deref()), (422, Some(field)), "{body} → {e}");
+    }
+
+    // Every request to the candidate: no embedding budget → lexical fallback.
+    let r = start(json!({"name": "no-embed", "share": 1.0, "candidate": {"stages": {"embed": 0}}}))
+        .await;
+    assert_eq!(r.status(), 201);
+    let (s, _, f, _) =
+        error_of(start(json!({"name": "second", "share": 0.5, "candidate": {}})).await).await;
+    assert_eq!(
+        (s, f.as_deref()),
+        (422, Some("name")),
+        "one experiment at a time"
+    );
+    for _ in 0..5 {
+        assert_eq!(embed_on_next_search(&a).await.0, "fallback");
+    }
+    let r = admin(&a, reqwest::Method::GET, "/admin/experiments", None).await;
+    let e: Value = r.json().await.expect("json");
+    let arms = &e["running"]["arms"];
+    assert_eq!(arms["candidate"]["requests"], 5, "{e}");
+    assert_eq!(arms["control"]["requests"], 0);
+    assert_eq!(
+        arms["candidate"]["partial_rate"], 1.0,
+        "lexical fallback is partial"
+    );
+    assert_eq!(arms["candidate"]["budgets"]["stages"]["embed"], 0);
+    assert_eq!(arms["control"]["budgets"]["stages"]["embed"], 150);
+    assert!(
+        arms["candidate"]["stages"]["retrieve"]["p95_ms"].is_number(),
+        "{e}"
+    );
+    let r = admin(&a, reqwest::Method::DELETE, "/admin/experiments", None).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        embed_on_next_search(&a).await.0,
+        "ok",
+        "stopped: everyone back on the budgets in force"
+    );
+
+    // Half and half.
+    let r =
+        start(json!({"name": "half", "share": 0.5, "candidate": {"stages": {"embed": 0}}})).await;
+    assert_eq!(r.status(), 201);
+    let mut fallbacks = 0;
+    for _ in 0..40 {
+        if embed_on_next_search(&a).await.0 == "fallback" {
+            fallbacks += 1;
+        }
+    }
+    let r = admin(&a, reqwest::Method::DELETE, "/admin/experiments", None).await;
+    let e: Value = r.json().await.expect("json");
+    let arms = &e["stopped"]["arms"];
+    let (c, t) = (
+        arms["control"]["requests"].as_u64().unwrap_or(0),
+        arms["candidate"]["requests"].as_u64().unwrap_or(0),
+    );
+    assert_eq!((c + t, t), (40, fallbacks), "{e}");
+    assert!(c > 0 && t > 0, "both arms ran: {c} / {t}");
+    assert_eq!(arms["control"]["partial_rate"], 0.0);
+    let r = admin(&a, reqwest::Method::DELETE, "/admin/experiments", None).await;
+    assert_eq!(error_of(r).await.0, 404);
+    a.shutdown().await.expect("shutdown");
+}

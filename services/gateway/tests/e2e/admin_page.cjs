@@ -40,9 +40,21 @@ const { chromium } = require("playwright-core");
     const saved = await page.textContent("#save-msg");
     await page.waitForSelector("#history button[data-version='1']");
     const chart = await page.$$eval("#chart .row", (rows) => rows.map((r) => r.dataset.stage));
+    // An experiment, started and stopped from the page.
+    await page.fill("#exp-name", "no-rerank");
+    await page.fill("#exp-share", "1.5");
+    await page.click("#exp-start");
+    await page.waitForSelector("#exp-error:not(:empty)");
+    const badShare = await page.textContent("#exp-error");
+    await page.fill("#exp-share", "0.5");
+    await page.click("#exp-start");
+    await page.waitForSelector("#experiment-table tr[data-arm='candidate']");
+    const arms = await page.$$eval("#experiment-table tr[data-arm]", (rows) => rows.map((r) => r.dataset.arm));
     await page.screenshot({ path: shots + "/admin.png", fullPage: true });
+    await page.click("#exp-stop");
+    await page.waitForSelector("#experiment-form:not([hidden])");
     console.log(JSON.stringify({
-      wrongKey, before, refused, versionAfterRefusal, saved, chart, offsite,
+      wrongKey, before, refused, versionAfterRefusal, saved, chart, offsite, badShare, arms,
       embed: await page.inputValue("#budget-embed"),
       history: await page.$$eval("#history tr", (rows) => rows.length),
     }));
