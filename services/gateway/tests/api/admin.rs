@@ -425,3 +425,54 @@ async fn an_experiment_sends_a_share_of_traffic_to_a_candidate_and_reports_each_
     assert_eq!(error_of(r).await.0, 404);
     a.shutdown().await.expect("shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_on_postgres_follow_a_budget_change_within_two_seconds() {
+    let Ok(admin_url) = std::env::var("RAGTIME_TEST_DATABASE_URL") else {
+        eprintln!("RAGTIME_TEST_DATABASE_URL is not set: the PostgreSQL replica test did not run");
+        return;
+    };
+    let name = format!("ragtime_rep_{}", crate::health::uuid_like());
+    assert!(crate::health::sqlx_admin(&admin_url, &format!("CREATE DATABASE {name}")).await);
+    let base = admin_url
+        .rsplit_once('/')
+        .map_or(admin_url.as_str(), |(b, _)| b)
+        .to_owned();
+    let url = format!("{base}/{name}");
+    let fake = FakeLlm::start(Behaviour::Fail).await;
+    let replica = |url: String| {
+        let llm = fake.base_url.clone();
+        spawn_app_with(move |c| {
+            c.llm.base_url = Some(llm);
+            c.admin_key = Some(ragtime_gateway::config::Secret(KEY.into()));
+            c.database_url = Some(ragtime_gateway::config::Secret(url));
+        })
+    };
+    let a = replica(url.clone()).await;
+    let b = replica(url).await;
+    a.wait_ready().await;
+    b.wait_ready().await;
+    let r = patch(&a, json!({"stages": {"rerank": 0}})).await;
+    assert_eq!(r.status(), 200);
+    let t = Instant::now();
+    loop {
+        let v = budgets(&b).await;
+        if v["version"] == 1 {
+            assert_eq!(v["stages"]["rerank"], 0);
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "replica b did not follow within 2 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!("replica followed after {:?}", t.elapsed());
+    a.shutdown().await.expect("shutdown a");
+    b.shutdown().await.expect("shutdown b");
+    crate::health::sqlx_admin(
+        &admin_url,
+        &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+    )
+    .await;
+}

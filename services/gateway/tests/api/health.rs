@@ -91,7 +91,7 @@ async fn postgres_store_when_configured() {
     .await;
 }
 
-fn uuid_like() -> String {
+pub fn uuid_like() -> String {
     format!(
         "{:x}{:x}",
         std::process::id(),
@@ -103,7 +103,7 @@ fn uuid_like() -> String {
 }
 
 /// Runs one statement on the admin database.
-async fn sqlx_admin(url: &str, sql: &str) -> bool {
+pub async fn sqlx_admin(url: &str, sql: &str) -> bool {
     let Ok(pool) = sqlx::PgPool::connect(url).await else {
         return false;
     };
