@@ -13,6 +13,21 @@ use ragtime_pipeline::BudgetProfile;
 use serde_json::{Value, json};
 use std::sync::Arc;
 
+/// An admin request: extracting it checks the admin key, so a handler that
+/// takes one runs for the admin only.
+pub struct Admin;
+
+impl axum::extract::FromRequestParts<Arc<AppState>> for Admin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, ApiError> {
+        authorize(state, &parts.headers).map(|()| Admin)
+    }
+}
+
 /// Checks the bearer key in constant time.
 pub fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(key) = &state.config.admin_key else {
@@ -47,9 +62,8 @@ pub fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> 
 /// next to the stage's current budget.
 pub async fn stats(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
+    _admin: Admin,
 ) -> Result<Json<Value>, ApiError> {
-    authorize(&state, &headers)?;
     let budgets = state.budgets();
     let live = state.metrics.stage_stats();
     let stages: serde_json::Map<String, Value> = Stage::ALL
@@ -101,9 +115,8 @@ fn budgets_doc(p: &BudgetProfile, version: i64) -> Value {
 /// `GET /admin/budgets`.
 pub async fn get_budgets(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
+    _admin: Admin,
 ) -> Result<Json<Value>, ApiError> {
-    authorize(&state, &headers)?;
     let (p, v) = state.budgets_versioned();
     Ok(Json(budgets_doc(&p, v)))
 }
@@ -200,10 +213,9 @@ async fn save(state: &AppState, p: BudgetProfile, note: &str) -> Result<Json<Val
 /// `PUT /admin/budgets`: replaces every budget.
 pub async fn put_budgets(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
+    _admin: Admin,
     ApiJson(body): ApiJson<Value>,
 ) -> Result<Json<Value>, ApiError> {
-    authorize(&state, &headers)?;
     let p = apply(state.budgets(), &body, true)?;
     save(&state, p, "replaced").await
 }
@@ -211,10 +223,9 @@ pub async fn put_budgets(
 /// `PATCH /admin/budgets`: changes the budgets named.
 pub async fn patch_budgets(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
+    _admin: Admin,
     ApiJson(body): ApiJson<Value>,
 ) -> Result<Json<Value>, ApiError> {
-    authorize(&state, &headers)?;
     let p = apply(state.budgets(), &body, false)?;
     save(&state, p, "changed").await
 }
@@ -222,9 +233,8 @@ pub async fn patch_budgets(
 /// `GET /admin/budgets/history`: every version, newest first.
 pub async fn budget_history(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
+    _admin: Admin,
 ) -> Result<Json<Value>, ApiError> {
-    authorize(&state, &headers)?;
     let versions = state
         .store
         .budget_history(1000)
@@ -254,10 +264,9 @@ pub struct RollbackIn {
 /// in force again, as a new version.
 pub async fn rollback_budgets(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
+    _admin: Admin,
     ApiJson(body): ApiJson<RollbackIn>,
 ) -> Result<Json<Value>, ApiError> {
-    authorize(&state, &headers)?;
     let old = state
         .store
         .budget_version(body.version)
@@ -283,10 +292,9 @@ const HEADROOM: f64 = 1.1;
 /// law: in flight = arrival rate × time in the LLM).
 pub async fn budget_advice(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
+    _admin: Admin,
     axum::extract::Query(query): axum::extract::Query<std::collections::HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
-    authorize(&state, &headers)?;
     if let Some(other) = query.keys().find(|k| *k != "total_ms") {
         return Err(ApiError::invalid(
             other.clone(),
@@ -423,10 +431,9 @@ fn key_doc(k: &ragtime_store::ApiKeyRecord) -> Value {
 /// key is in this response only; the store keeps a SHA-256 of its secret.
 pub async fn create_key(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
+    _admin: Admin,
     ApiJson(body): ApiJson<KeyIn>,
 ) -> Result<(axum::http::StatusCode, Json<Value>), ApiError> {
-    authorize(&state, &headers)?;
     if !crate::tenant::valid_tenant(&body.tenant) {
         return Err(ApiError::invalid(
             "tenant",
@@ -461,9 +468,8 @@ pub async fn create_key(
 /// `GET /admin/keys`: every key (never its secret).
 pub async fn list_keys(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
+    _admin: Admin,
 ) -> Result<Json<Value>, ApiError> {
-    authorize(&state, &headers)?;
     let keys = state.store.api_keys().await.map_err(ApiError::internal)?;
     Ok(Json(
         json!({"keys": keys.iter().map(key_doc).collect::<Vec<_>>()}),
@@ -473,10 +479,9 @@ pub async fn list_keys(
 /// `DELETE /admin/keys/{id}`: revokes a key at once.
 pub async fn revoke_key(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
+    _admin: Admin,
     axum::extract::Path(id): axum::extract::Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    authorize(&state, &headers)?;
     if state
         .store
         .revoke_api_key(&id)
@@ -505,10 +510,9 @@ fn tenant_path(tenant: &str) -> Result<(), ApiError> {
 /// start with, and whether they are its own.
 pub async fn get_tenant_budgets(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
+    _admin: Admin,
     axum::extract::Path(tenant): axum::extract::Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    authorize(&state, &headers)?;
     tenant_path(&tenant)?;
     let own = state.tenant_overrides().contains_key(&tenant);
     let p = state.budgets_for(&tenant);
@@ -523,11 +527,10 @@ pub async fn get_tenant_budgets(
 /// `PATCH /admin/budgets`).
 pub async fn put_tenant_budgets(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
+    _admin: Admin,
     axum::extract::Path(tenant): axum::extract::Path<String>,
     ApiJson(body): ApiJson<Value>,
 ) -> Result<Json<Value>, ApiError> {
-    authorize(&state, &headers)?;
     tenant_path(&tenant)?;
     let p = apply(state.budgets(), &body, false)?;
     let text = serde_json::to_string(&p).map_err(ApiError::internal)?;
@@ -550,10 +553,9 @@ pub async fn put_tenant_budgets(
 /// `DELETE /admin/tenants/{tenant}/budgets`: back to the global budgets.
 pub async fn delete_tenant_budgets(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
+    _admin: Admin,
     axum::extract::Path(tenant): axum::extract::Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    authorize(&state, &headers)?;
     tenant_path(&tenant)?;
     if !state
         .store
@@ -579,10 +581,9 @@ pub async fn delete_tenant_budgets(
 /// fields sent over the global budgets in force).
 pub async fn start_experiment(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
+    _admin: Admin,
     ApiJson(body): ApiJson<Value>,
 ) -> Result<(axum::http::StatusCode, Json<Value>), ApiError> {
-    authorize(&state, &headers)?;
     let Some(obj) = body.as_object() else {
         return Err(ApiError::invalid("", "expected a JSON object"));
     };
@@ -645,9 +646,8 @@ pub async fn start_experiment(
 /// `GET /admin/experiments`: the running experiment, arm by arm.
 pub async fn get_experiment(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
+    _admin: Admin,
 ) -> Result<Json<Value>, ApiError> {
-    authorize(&state, &headers)?;
     let exp = state
         .experiment
         .read()
@@ -661,9 +661,8 @@ pub async fn get_experiment(
 /// `DELETE /admin/experiments`: stops it; answers its final figures.
 pub async fn stop_experiment(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
+    _admin: Admin,
 ) -> Result<Json<Value>, ApiError> {
-    authorize(&state, &headers)?;
     let exp = state
         .experiment
         .write()
