@@ -459,6 +459,13 @@ pub async fn create_key(
         )
         .await
         .map_err(ApiError::internal)?;
+    // Every tenant has a `default` collection, as the default tenant does.
+    let tenant = crate::tenant::Tenant(body.tenant.clone());
+    state
+        .store
+        .ensure_collection(&tenant.collection("default"))
+        .await
+        .map_err(ApiError::internal)?;
     tracing::info!(id = %rec.id, tenant = %rec.tenant, "api key created");
     let mut doc = key_doc(&rec);
     doc["key"] = json!(format!("rk_{id}_{secret}"));

@@ -452,3 +452,46 @@ async fn a_tenant_can_have_budgets_of_its_own() {
     assert_eq!(s, 404);
     app.shutdown().await.expect("shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_may_hold_only_so_many_streams_open() {
+    let fake = FakeLlm::start(Behaviour::StallBeforeFirstToken).await;
+    let app = app(&fake, |c| {
+        c.limits.concurrent_streams = 1;
+        c.budgets.llm_ttft_ms = 1500;
+    })
+    .await;
+    let (_, acme) = new_key(&app, "acme").await;
+    let (_, globex) = new_key(&app, "globex").await;
+    let stream = |key: &str| {
+        app.http
+            .post(app.url("/v1/chat/completions"))
+            .bearer_auth(key)
+            .json(&json!({"model": "m", "stream": true, "messages": [{"role": "user", "content": "hello?"}]}))
+            .send()
+    };
+    let first = stream(&acme).await.expect("first");
+    assert_eq!(first.status(), 200);
+    let second = stream(&acme).await.expect("second");
+    assert_eq!(second.status(), 429);
+    assert!(second.headers().contains_key("retry-after"));
+    assert_eq!(error_of(second).await.1, "rate_limited");
+    // Another tenant has its own streams; a non-streamed chat is no stream.
+    let other = stream(&globex).await.expect("other");
+    assert_eq!(other.status(), 200);
+    drop(other);
+    // When the first stream ends, its slot is free again.
+    let body = first.text().await.expect("first ends");
+    assert!(body.trim_end().ends_with("data: [DONE]"));
+    let mut freed = false;
+    for _ in 0..50 {
+        let r = stream(&acme).await.expect("again");
+        if r.status() == 200 {
+            freed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(freed, "the slot was not released");
+    app.shutdown().await.expect("shutdown");
+}
