@@ -283,7 +283,8 @@ pub async fn rollback_budgets(
     save(&state, p, &format!("rollback to version {}", body.version)).await
 }
 
-/// Headroom over the observed p95 a proposed budget gets.
+/// Headroom over the observed p95 a proposed budget gets (and at least
+/// 2 ms more).
 const HEADROOM: f64 = 1.1;
 
 /// `GET /admin/budgets/advice?total_ms=…`: stage budgets for a target total
@@ -323,7 +324,8 @@ pub async fn budget_advice(
         v.sort_by(f64::total_cmp);
         let p95 = (!v.is_empty()).then(|| v[((0.95 * (v.len() - 1) as f64).round()) as usize]);
         let want = match p95 {
-            Some(p) => (p * HEADROOM).ceil().max(1.0),
+            // Reports count whole milliseconds: at least 2 ms of headroom.
+            Some(p) => (p * HEADROOM).max(p + 2.0).ceil(),
             None => current.stage_ms(s) as f64,
         };
         basis.insert(
