@@ -67,9 +67,9 @@ pub fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-pub fn bearer(parts: &Parts) -> Option<&str> {
-    parts
-        .headers
+/// The token of an `Authorization: Bearer …` header.
+pub fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
+    headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
@@ -86,7 +86,7 @@ impl FromRequestParts<Arc<AppState>> for Tenant {
         let required = state.config.auth.require_api_key;
         // OpenAI clients always send some key: without `require_api_key`, a
         // token that is not a ragtime key (`rk_…`) is no key at all.
-        let sent = bearer(parts).filter(|k| {
+        let sent = bearer(&parts.headers).filter(|k| {
             required
                 || k.starts_with("rk_")
                 || state

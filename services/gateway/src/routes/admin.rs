@@ -36,16 +36,12 @@ pub fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> 
             "the admin api is off: set RAGTIME__ADMIN_KEY to turn it on",
         ));
     };
-    let sent = headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .ok_or_else(|| {
-            ApiError::new(
-                ErrorCode::Unauthorized,
-                "send the admin key as Authorization: Bearer <key>",
-            )
-        })?;
+    let sent = crate::tenant::bearer(headers).ok_or_else(|| {
+        ApiError::new(
+            ErrorCode::Unauthorized,
+            "send the admin key as Authorization: Bearer <key>",
+        )
+    })?;
     if crate::tenant::same(sent.as_bytes(), key.0.as_bytes()) {
         Ok(())
     } else if sent.starts_with("rk_") {
