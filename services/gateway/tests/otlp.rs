@@ -100,16 +100,14 @@ async fn every_request_is_one_trace_that_tells_its_budget_story() {
 
     // Generation stalls after three tokens: llm_generate overruns.
     let fake = FakeLlm::start(Behaviour::StallAfter { tokens: 3 }).await;
-    let url = fake.base_url.clone();
-    let app = helpers::spawn_app_with(move |c| {
-        c.llm.base_url = Some(url);
-        c.budgets.total_ms = 3000;
-        c.budgets.rerank_ms = 0;
-        c.budgets.llm_ttft_ms = 600;
-        c.budgets.llm_generate_ms = 500;
-    })
-    .await;
-    app.wait_ready().await;
+    let app = fake
+        .app(|c| {
+            c.budgets.total_ms = 3000;
+            c.budgets.rerank_ms = 0;
+            c.budgets.llm_ttft_ms = 600;
+            c.budgets.llm_generate_ms = 500;
+        })
+        .await;
     let r = app
         .post_json(
             "/v1/documents",

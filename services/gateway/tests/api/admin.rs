@@ -5,24 +5,20 @@
 //! replica on the same store follows within 2 s.
 
 use crate::fake_llm::{Behaviour, FakeLlm};
-use crate::helpers::{TestApp, error_of, spawn_app_with};
+use crate::helpers::{TestApp, error_of};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
 const KEY: &str = "admin-key-for-the-budget-tests";
 
 async fn app(fake: &FakeLlm, data_dir: Option<std::path::PathBuf>) -> TestApp {
-    let url = fake.base_url.clone();
-    let app = spawn_app_with(move |c| {
-        c.llm.base_url = Some(url);
+    fake.app(move |c| {
         c.admin_key = Some(ragtime_gateway::config::Secret(KEY.into()));
         if let Some(d) = data_dir {
             c.data_dir = d;
         }
     })
-    .await;
-    app.wait_ready().await;
-    app
+    .await
 }
 
 async fn admin(
@@ -441,17 +437,13 @@ async fn replicas_on_postgres_follow_a_budget_change_within_two_seconds() {
     let url = format!("{base}/{name}");
     let fake = FakeLlm::start(Behaviour::Fail).await;
     let replica = |url: String| {
-        let llm = fake.base_url.clone();
-        spawn_app_with(move |c| {
-            c.llm.base_url = Some(llm);
+        fake.app(move |c| {
             c.admin_key = Some(ragtime_gateway::config::Secret(KEY.into()));
             c.database_url = Some(ragtime_gateway::config::Secret(url));
         })
     };
     let a = replica(url.clone()).await;
     let b = replica(url).await;
-    a.wait_ready().await;
-    b.wait_ready().await;
     let r = patch(&a, json!({"stages": {"rerank": 0}})).await;
     assert_eq!(r.status(), 200);
     let t = Instant::now();

@@ -3,7 +3,6 @@
 //! names the field, a saved change is applied to the next request.
 
 use crate::fake_llm::{Behaviour, FakeLlm};
-use crate::helpers::spawn_app_with;
 use serde_json::{Value, json};
 
 const KEY: &str = "admin-key-for-the-browser-test";
@@ -17,13 +16,9 @@ async fn an_admin_signs_in_changes_a_budget_and_it_is_applied() {
         return;
     };
     let fake = FakeLlm::start(Behaviour::Fail).await;
-    let url = fake.base_url.clone();
-    let app = spawn_app_with(move |c| {
-        c.llm.base_url = Some(url);
-        c.admin_key = Some(ragtime_gateway::config::Secret(KEY.into()));
-    })
-    .await;
-    app.wait_ready().await;
+    let app = fake
+        .app(|c| c.admin_key = Some(ragtime_gateway::config::Secret(KEY.into())))
+        .await;
     let r = app
         .post_json(
             "/v1/documents",

@@ -3,26 +3,24 @@
 //! cache, conversations, the prompt the backend sees, bad input.
 
 use crate::fake_llm::{Behaviour, FakeLlm};
-use crate::helpers::{TestApp, error_of, spawn_app_with};
+use crate::helpers::{TestApp, error_of};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
 const TOTAL_MS: u64 = 3000;
 
 async fn app_with(fake: &FakeLlm) -> TestApp {
-    let url = fake.base_url.clone();
-    let app = spawn_app_with(move |c| {
-        c.llm.base_url = Some(url);
-        c.budgets.total_ms = TOTAL_MS;
-        c.budgets.cache_ms = 20;
-        c.budgets.embed_ms = 300;
-        c.budgets.retrieve_ms = 300;
-        c.budgets.rerank_ms = 0;
-        c.budgets.llm_ttft_ms = 600;
-        c.budgets.llm_generate_ms = 1200;
-    })
-    .await;
-    app.wait_ready().await;
+    let app = fake
+        .app(|c| {
+            c.budgets.total_ms = TOTAL_MS;
+            c.budgets.cache_ms = 20;
+            c.budgets.embed_ms = 300;
+            c.budgets.retrieve_ms = 300;
+            c.budgets.rerank_ms = 0;
+            c.budgets.llm_ttft_ms = 600;
+            c.budgets.llm_generate_ms = 1200;
+        })
+        .await;
     let r = app
         .post_json(
             "/v1/documents",

@@ -2,7 +2,7 @@
 //! and `/admin/stats` gives live stage percentiles to the admin only.
 
 use crate::fake_llm::{Behaviour, FakeLlm};
-use crate::helpers::{TestApp, error_of, spawn_app_with};
+use crate::helpers::{TestApp, error_of};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -39,14 +39,12 @@ async fn metrics_move_with_traffic_and_stats_are_for_the_admin() {
         gap: Duration::from_millis(5),
     })
     .await;
-    let url = fake.base_url.clone();
-    let app = spawn_app_with(move |c| {
-        c.llm.base_url = Some(url);
-        c.admin_key = Some(ragtime_gateway::config::Secret(KEY.into()));
-        c.budgets.rerank_ms = 0;
-    })
-    .await;
-    app.wait_ready().await;
+    let app = fake
+        .app(|c| {
+            c.admin_key = Some(ragtime_gateway::config::Secret(KEY.into()));
+            c.budgets.rerank_ms = 0;
+        })
+        .await;
     let r = app
         .post_json(
             "/v1/documents",
@@ -147,8 +145,7 @@ async fn metrics_move_with_traffic_and_stats_are_for_the_admin() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_an_admin_key_the_admin_api_is_off_and_says_so() {
     let fake = FakeLlm::start(Behaviour::Fail).await;
-    let url = fake.base_url.clone();
-    let app = spawn_app_with(move |c| c.llm.base_url = Some(url)).await;
+    let app = fake.app(|_| {}).await;
     let r = app
         .http
         .get(app.url("/admin/stats"))

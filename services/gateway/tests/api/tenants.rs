@@ -5,7 +5,7 @@
 //! limits are per tenant.
 
 use crate::fake_llm::{Behaviour, FakeLlm};
-use crate::helpers::{TestApp, error_of, spawn_app_with};
+use crate::helpers::{TestApp, error_of};
 use ragtime_gateway::Config;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -13,15 +13,11 @@ use std::time::Duration;
 const ADMIN: &str = "admin-key-for-the-tenant-tests";
 
 async fn app(fake: &FakeLlm, tweak: impl FnOnce(&mut Config) + Send + 'static) -> TestApp {
-    let url = fake.base_url.clone();
-    let app = spawn_app_with(move |c| {
-        c.llm.base_url = Some(url);
+    fake.app(move |c| {
         c.admin_key = Some(ragtime_gateway::config::Secret(ADMIN.into()));
         tweak(c);
     })
-    .await;
-    app.wait_ready().await;
-    app
+    .await
 }
 
 async fn new_key(app: &TestApp, tenant: &str) -> (String, String) {
