@@ -112,14 +112,7 @@ impl Experiment {
         if partial {
             a.partial.fetch_add(1, Ordering::Relaxed);
         }
-        for s in &report.stages {
-            a.metrics.stage(
-                s.stage.name(),
-                s.outcome.name(),
-                Duration::from_millis(s.elapsed_ms),
-                s.overran,
-            );
-        }
+        crate::observe::record_stages(&a.metrics, report);
     }
 
     pub fn report(&self, budgets_of_control: &BudgetProfile) -> Value {

@@ -65,16 +65,10 @@ pub async fn observe(
 /// Feeds a finished request's budget story into the metrics, and writes the
 /// one log line an overrun deserves.
 pub fn record_report(metrics: &Metrics, report: &BudgetReport) {
+    record_stages(metrics, report);
     let mut overran = Vec::new();
     for s in &report.stages {
-        let over = s.overran;
-        metrics.stage(
-            s.stage.name(),
-            s.outcome.name(),
-            Duration::from_millis(s.elapsed_ms),
-            over,
-        );
-        if over {
+        if s.overran {
             overran.push(format!(
                 "{} by {} ms ({} of {} ms, {})",
                 s.stage,
@@ -94,6 +88,18 @@ pub fn record_report(metrics: &Metrics, report: &BudgetReport) {
             total_ms = report.total_ms,
             stages = %overran.join("; "),
             "request overran its budget"
+        );
+    }
+}
+
+/// Each stage's latency, outcome and overrun into `metrics`.
+pub fn record_stages(metrics: &Metrics, report: &BudgetReport) {
+    for s in &report.stages {
+        metrics.stage(
+            s.stage.name(),
+            s.outcome.name(),
+            Duration::from_millis(s.elapsed_ms),
+            s.overran,
         );
     }
 }
