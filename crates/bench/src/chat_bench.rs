@@ -12,24 +12,15 @@ use ragtime_cache::CacheOptions;
 use ragtime_core::Filter;
 use ragtime_llm::{BackendStats, LlmClient, LocalServer, LocalServerOptions};
 use ragtime_pipeline::chat::{AnswerCache, CHAT_PLAN, ChatDeps, ChatInput, chat};
-use ragtime_pipeline::rag::{IngestDoc, Rag};
+use ragtime_pipeline::rag::Rag;
 use ragtime_pipeline::{BudgetProfile, RequestBudget};
 use std::time::{Duration, Instant};
 
 pub async fn chat_bench(rag: &Rag, data: &SciFact) {
     let docs = env_usize("BENCH_CHAT_DOCS", 500);
     let questions = env_usize("BENCH_CHAT_QUESTIONS", 40);
-    let part: Vec<IngestDoc> = data
-        .corpus
-        .iter()
-        .take(docs)
-        .map(|(id, title, text)| IngestDoc {
-            id: id.clone(),
-            title: title.clone(),
-            text: text.clone(),
-            metadata: serde_json::Map::new(),
-        })
-        .collect();
+    let n = docs.min(data.corpus.len());
+    let part = crate::as_docs(&data.corpus[..n]);
     rag.ingest("chat", part).await.expect("ingest");
     let index = rag.collection("chat").await.expect("collection");
     let in_corpus: std::collections::HashSet<&str> = data

@@ -158,6 +158,19 @@ async fn embed_only(data: &SciFact) {
     );
 }
 
+/// Corpus entries (id, title, text) as documents to ingest.
+fn as_docs(corpus: &[(String, String, String)]) -> Vec<IngestDoc> {
+    corpus
+        .iter()
+        .map(|(id, title, text)| IngestDoc {
+            id: id.clone(),
+            title: title.clone(),
+            text: text.clone(),
+            metadata: serde_json::Map::new(),
+        })
+        .collect()
+}
+
 /// A fresh engine on a temporary SQLite store.
 async fn new_rag() -> (Rag, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -199,15 +212,7 @@ async fn ingest_scifact(data: &SciFact) -> (Rag, tempfile::TempDir) {
     let t0 = Instant::now();
     let mut chunks = 0usize;
     for batch in data.corpus.chunks(64) {
-        let docs = batch
-            .iter()
-            .map(|(id, title, text)| IngestDoc {
-                id: id.clone(),
-                title: title.clone(),
-                text: text.clone(),
-                metadata: serde_json::Map::new(),
-            })
-            .collect();
+        let docs = as_docs(batch);
         chunks += rag
             .ingest("scifact", docs)
             .await
