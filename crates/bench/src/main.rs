@@ -52,6 +52,7 @@ fn load_model(threads: usize) -> OnnxEmbedder {
         intra_threads: threads,
         max_tokens: 256,
         batch_size: batch,
+        passage_int8: env_usize("BENCH_PASSAGE_INT8", 1) == 1,
     })
     .unwrap_or_else(|e| panic!("run `make setup` first: {e}"))
 }
@@ -144,7 +145,7 @@ async fn embed_only(data: &SciFact) {
         .chunks(32)
         .map(|b| {
             let (svc, b) = (svc.clone(), b.to_vec());
-            tokio::spawn(async move { svc.embed(b, Cancel::new()).await })
+            tokio::spawn(async move { svc.embed_passages(b, Cancel::new()).await })
         })
         .collect();
     for p in parts {
@@ -211,19 +212,19 @@ async fn ingest_scifact(data: &SciFact) -> (Rag, tempfile::TempDir) {
     );
     let t0 = Instant::now();
     let mut chunks = 0usize;
-    for batch in data.corpus.chunks(64) {
-        let docs = as_docs(batch);
-        chunks += rag
-            .ingest("scifact", docs)
-            .await
-            .expect("ingest")
-            .iter()
-            .map(|r| r.chunks)
-            .sum::<usize>();
-    }
+    rag.ingest_batches("scifact", data.corpus.chunks(64).map(as_docs), |r| {
+        chunks += r.iter().map(|r| r.chunks).sum::<usize>();
+    })
+    .await
+    .expect("ingest");
     let secs = t0.elapsed().as_secs_f64();
     println!(
-        "\n## ingest (SciFact corpus, SQLite, chunk {max_tokens} tokens / overlap {overlap}, {workers} worker(s) x {threads} thread(s))"
+        "\n## ingest (SciFact corpus, SQLite, chunk {max_tokens} tokens / overlap {overlap}, {workers} worker(s) x {threads} thread(s), passages {})",
+        if rag.embedder.model().passage_int8() {
+            "int8 compute"
+        } else {
+            "fp32 compute"
+        }
     );
     println!(
         "documents {}  chunks {}  time {:.1} s  throughput {:.0} chunks/s ({:.0} docs/s)",
@@ -268,7 +269,7 @@ async fn scifact_quality(rag: &Rag, data: &SciFact) {
     println!("|---|---:|---:|---:|");
     for (name, mode) in [
         ("lexical (BM25)", Mode::Lexical),
-        ("dense (MiniLM int8)", Mode::Dense),
+        ("dense (MiniLM)", Mode::Dense),
         ("hybrid (RRF)", Mode::Hybrid),
     ] {
         let mut total = 0.0;
@@ -325,17 +326,29 @@ async fn vectors(rag: &Rag, data: &SciFact) {
         .take(32 * 10)
         .map(|(_, t, x)| format!("{t}\n{x}"))
         .collect();
-    let mut batch = Vec::new();
-    for b in passages.chunks(32) {
-        let t = Instant::now();
-        svc.embed(b.to_vec(), Cancel::new()).await.expect("embed");
-        batch.push(t.elapsed());
+    for int8 in [false, true] {
+        let mut batch = Vec::new();
+        for b in passages.chunks(32) {
+            let t = Instant::now();
+            if int8 {
+                svc.embed_passages(b.to_vec(), Cancel::new()).await
+            } else {
+                svc.embed(b.to_vec(), Cancel::new()).await
+            }
+            .expect("embed");
+            batch.push(t.elapsed());
+        }
+        println!(
+            "batch of 32 passages (SciFact abstracts, ≤256 tokens, {}): p50 {:.0} ms  ({:.1} ms/passage)",
+            if int8 && svc.model().passage_int8() {
+                "int8 compute"
+            } else {
+                "fp32 compute"
+            },
+            pct(&mut batch, 50.0),
+            pct(&mut batch, 50.0) / 32.0
+        );
     }
-    println!(
-        "batch of 32 passages (SciFact abstracts, ≤256 tokens): p50 {:.0} ms  ({:.1} ms/passage)",
-        pct(&mut batch, 50.0),
-        pct(&mut batch, 50.0) / 32.0
-    );
 
     // 100k vectors: SciFact chunk embeddings plus perturbed copies.
     let index = rag.collection("scifact").await.expect("collection");

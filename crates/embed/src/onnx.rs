@@ -68,19 +68,42 @@ pub fn load_session(
     model: &Path,
     intra_threads: usize,
 ) -> Result<ort::session::Session, LoadError> {
+    build_session(ort_lib, model, None, intra_threads)
+}
+
+/// As [`load_session`], for a model held in memory (`path` names it in
+/// errors).
+pub fn load_session_from_memory(
+    ort_lib: &Path,
+    path: &Path,
+    bytes: &[u8],
+    intra_threads: usize,
+) -> Result<ort::session::Session, LoadError> {
+    build_session(ort_lib, path, Some(bytes), intra_threads)
+}
+
+fn build_session(
+    ort_lib: &Path,
+    model: &Path,
+    bytes: Option<&[u8]>,
+    intra_threads: usize,
+) -> Result<ort::session::Session, LoadError> {
     let env = ort_environment(ort_lib)?;
     let file_err = |e: String| LoadError::File {
         path: model.to_owned(),
         message: e,
     };
-    ort::session::Session::builder(&env)
+    let mut builder = ort::session::Session::builder(&env)
         .map_err(|e| LoadError::Ort(e.to_string()))?
         .with_optimization_level(ort::session::builder::GraphOptimizationLevel::Level3)
         .map_err(|e| LoadError::Ort(e.to_string()))?
         .with_intra_threads(intra_threads.max(1))
-        .map_err(|e| LoadError::Ort(e.to_string()))?
-        .commit_from_file(model)
-        .map_err(|e| file_err(e.to_string()))
+        .map_err(|e| LoadError::Ort(e.to_string()))?;
+    match bytes {
+        Some(b) => builder.commit_from_memory(b),
+        None => builder.commit_from_file(model),
+    }
+    .map_err(|e| file_err(e.to_string()))
 }
 
 /// The BERT inputs of a padded batch of encodings, row-major `[batch, seq]`.

@@ -2,7 +2,7 @@
 //! async queue, with dynamic micro-batching across concurrent requests and
 //! a bounded cache of query embeddings keyed by normalised text.
 
-use crate::OnnxEmbedder;
+use crate::{Kind, OnnxEmbedder};
 use moka::sync::Cache;
 use ragtime_core::{Cancel, Embedder, StageError};
 use std::collections::VecDeque;
@@ -45,6 +45,7 @@ type Reply = oneshot::Sender<Result<Vec<Vec<f32>>, StageError>>;
 
 struct Job {
     texts: Vec<String>,
+    kind: Kind,
     cancel: Cancel,
     reply: Reply,
 }
@@ -153,14 +154,34 @@ impl EmbedService {
         self.runs.load(Ordering::Relaxed)
     }
 
-    /// Embeds texts on the worker pool. Small requests are merged with
-    /// concurrent ones into one inference; requests larger than a batch go
-    /// to the bulk queue, which yields to small requests between batches.
-    /// The work stops (and this returns `Cancelled`) once `cancel` is set.
+    /// Embeds texts (as queries: fp32) on the worker pool. Small requests
+    /// are merged with concurrent ones into one inference; requests larger
+    /// than a batch go to the bulk queue, which yields to small requests
+    /// between batches. The work stops (and this returns `Cancelled`) once
+    /// `cancel` is set.
     pub async fn embed(
         &self,
         texts: Vec<String>,
         cancel: Cancel,
+    ) -> Result<Vec<Vec<f32>>, StageError> {
+        self.submit(texts, cancel, Kind::Query).await
+    }
+
+    /// Embeds passages for the index, with the passage model (int8
+    /// compute when enabled); otherwise as [`EmbedService::embed`].
+    pub async fn embed_passages(
+        &self,
+        texts: Vec<String>,
+        cancel: Cancel,
+    ) -> Result<Vec<Vec<f32>>, StageError> {
+        self.submit(texts, cancel, Kind::Passage).await
+    }
+
+    async fn submit(
+        &self,
+        texts: Vec<String>,
+        cancel: Cancel,
+        kind: Kind,
     ) -> Result<Vec<Vec<f32>>, StageError> {
         if texts.is_empty() {
             return Ok(Vec::new());
@@ -168,6 +189,7 @@ impl EmbedService {
         let (reply, rx) = oneshot::channel();
         let job = Job {
             texts,
+            kind,
             cancel,
             reply,
         };
@@ -227,19 +249,21 @@ enum Work {
     Bulk(BulkJob),
 }
 
-/// Takes interactive jobs first (merged up to `max_batch` texts, waiting
-/// at most `max_wait` for more), else one bulk job.
+/// Takes interactive jobs first (merged with queued jobs of the same kind
+/// up to `max_batch` texts, waiting at most `max_wait` for more), else one
+/// bulk job.
 fn next_work(shared: &Shared, opts: &ServiceOptions) -> Option<Work> {
     let mut q = lock(&shared.queues);
     loop {
         if let Some(first) = q.interactive.pop_front() {
             let mut n = first.texts.len();
+            let first_kind = first.kind;
             let mut jobs = vec![first];
             let until = Instant::now() + opts.max_wait;
             loop {
                 while n < opts.max_batch {
                     match q.interactive.front() {
-                        Some(j) if n + j.texts.len() <= opts.max_batch => {
+                        Some(j) if j.kind == first_kind && n + j.texts.len() <= opts.max_batch => {
                             n += j.texts.len();
                             jobs.extend(q.interactive.pop_front());
                         }
@@ -283,7 +307,8 @@ fn worker(shared: &Shared, model: &OnnxEmbedder, opts: ServiceOptions, runs: &At
                 }
                 let all: Vec<String> = live.iter().flat_map(|j| j.texts.iter().cloned()).collect();
                 runs.fetch_add(1, Ordering::Relaxed);
-                match model.embed(&all, &Cancel::new()) {
+                let kind = live[0].kind;
+                match model.embed_kind(&all, &Cancel::new(), kind) {
                     Ok(mut vs) => {
                         for j in live.into_iter().rev() {
                             let part = vs.split_off(vs.len() - j.texts.len());
@@ -309,7 +334,7 @@ fn worker(shared: &Shared, model: &OnnxEmbedder, opts: ServiceOptions, runs: &At
                     .map(|&i| b.job.texts[i].clone())
                     .collect();
                 runs.fetch_add(1, Ordering::Relaxed);
-                match model.embed(&batch, &b.job.cancel) {
+                match model.embed_kind(&batch, &b.job.cancel, b.job.kind) {
                     Ok(vs) => b.done.extend(vs),
                     Err(e) => {
                         let _ = b.job.reply.send(Err(e));

@@ -1,7 +1,7 @@
 //! The real all-MiniLM-L6-v2 ONNX model from `make setup`.
 
 use ragtime_core::{Cancel, Embedder, StageError};
-use ragtime_embed::{EmbedService, EmbedderOptions, OnnxEmbedder, ServiceOptions};
+use ragtime_embed::{EmbedService, EmbedderOptions, Kind, OnnxEmbedder, ServiceOptions};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -21,6 +21,7 @@ fn load() -> OnnxEmbedder {
         intra_threads: 1,
         max_tokens: 256,
         batch_size: 8,
+        passage_int8: true,
     })
     .unwrap_or_else(|e| panic!("load the model with `make setup` first: {e}"))
 }
@@ -198,29 +199,76 @@ async fn query_cache_is_keyed_by_normalised_text_and_cancel_is_honoured() {
 /// from the original safetensors by `scripts/reference_embeddings.py`.
 #[test]
 fn onnx_matches_the_fp32_reference() {
+    let (texts, want) = reference();
+    assert_eq!(texts.len(), 5);
+    let got = embedder().embed(&texts, &Cancel::new()).unwrap_or_default();
+    assert_eq!(got.len(), texts.len());
+    for ((t, w), v) in texts.iter().zip(&want).zip(&got) {
+        let c = cos(v, w);
+        eprintln!("cosine {c:.5}  {t}");
+        assert!(c >= 0.999, "cosine {c} for {t}");
+    }
+}
+
+fn reference() -> (Vec<String>, Vec<Vec<f32>>) {
     let fixture: serde_json::Value =
         serde_json::from_str(include_str!("fixtures/minilm_reference.json")).expect("fixture");
-    let sentences = fixture["sentences"].as_array().cloned().unwrap_or_default();
-    assert_eq!(sentences.len(), 5);
-    let texts: Vec<String> = sentences
+    fixture["sentences"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
         .iter()
-        .map(|s| s["text"].as_str().unwrap_or_default().to_owned())
-        .collect();
-    let got = embedder().embed(&texts, &Cancel::new()).unwrap_or_default();
-    for (s, v) in sentences.iter().zip(&got) {
-        let want: Vec<f32> = s["embedding"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|x| x.as_f64())
-                    .map(|x| x as f32)
-                    .collect()
-            })
-            .unwrap_or_default();
-        let c = cos(v, &want);
-        eprintln!("cosine {c:.5}  {}", s["text"]);
-        assert!(c >= 0.999, "cosine {c} for {}", s["text"]);
+        .map(|s| {
+            let v = s["embedding"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x.as_f64())
+                        .map(|x| x as f32)
+                        .collect()
+                })
+                .unwrap_or_default();
+            (s["text"].as_str().unwrap_or_default().to_owned(), v)
+        })
+        .unzip()
+}
+
+/// The setup model's 36 dequantize → MatMul products are rewritten to int8
+/// compute, and ONNX Runtime runs the rewritten graph.
+#[test]
+fn the_setup_model_rewrites_to_int8_matrix_products() {
+    let bytes = std::fs::read(cache().join("models/all-minilm-l6-v2/model.onnx")).expect("model");
+    let (out, rewritten) = ragtime_embed::int8_matmuls(&bytes).expect("rewrite");
+    // 6 layers × (query, key, value, attention output, two feed-forward).
+    assert_eq!(rewritten, 36);
+    assert!(out.len() < bytes.len(), "the dequantize nodes are gone");
+    // Idempotent: nothing left to rewrite.
+    assert_eq!(ragtime_embed::int8_matmuls(&out).expect("again").1, 0);
+    assert!(embedder().passage_int8());
+}
+
+/// Passages (int8 compute) stay close to the fp32 reference; queries keep
+/// fp32. The two differ, so the passage path really runs the int8 model.
+#[test]
+fn passages_use_int8_products_close_to_fp32() {
+    let e = embedder();
+    let (texts, want) = reference();
+    let q = e
+        .embed_kind(&texts, &Cancel::new(), Kind::Query)
+        .unwrap_or_default();
+    let p = e
+        .embed_kind(&texts, &Cancel::new(), Kind::Passage)
+        .unwrap_or_default();
+    assert_eq!(p.len(), texts.len());
+    let mut lowest = 1f32;
+    for ((t, w), (q, p)) in texts.iter().zip(&want).zip(q.iter().zip(&p)) {
+        let (cq, cp) = (cos(q, w), cos(p, w));
+        eprintln!("query {cq:.5}  passage {cp:.5}  {t}");
+        assert!(cq >= 0.999, "query cosine {cq} for {t}");
+        assert!(cp >= 0.98, "passage cosine {cp} for {t}");
+        lowest = lowest.min(cos(q, p));
     }
+    assert!(lowest < 0.9999, "passage and query vectors are identical");
 }
 
 /// A big (bulk) job is done batch by batch and a query that arrives in the
@@ -260,4 +308,40 @@ async fn queries_overtake_a_bulk_ingest() {
         .embed(&passages[40..42], &Cancel::new())
         .unwrap_or_default();
     assert!(cos(&vs[40], &direct[0]) > 0.9999 && cos(&vs[41], &direct[1]) > 0.9999);
+}
+
+/// Concurrent query and passage requests are never merged into one batch:
+/// each gets vectors from its own model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_keeps_queries_and_passages_apart() {
+    let svc = std::sync::Arc::new(EmbedService::new(load(), ServiceOptions::default()));
+    let (texts, _) = reference();
+    let mut tasks = Vec::new();
+    for (i, t) in texts.iter().enumerate() {
+        let (svc, t) = (svc.clone(), t.clone());
+        tasks.push(tokio::spawn(async move {
+            let r = if i % 2 == 0 {
+                svc.embed(vec![t], Cancel::new()).await
+            } else {
+                svc.embed_passages(vec![t], Cancel::new()).await
+            };
+            r.expect("embed").remove(0)
+        }));
+    }
+    for (i, task) in tasks.into_iter().enumerate() {
+        let got = task.await.expect("join");
+        let kind = if i % 2 == 0 {
+            Kind::Query
+        } else {
+            Kind::Passage
+        };
+        let want = embedder()
+            .embed_kind(std::slice::from_ref(&texts[i]), &Cancel::new(), kind)
+            .unwrap_or_default();
+        let c = cos(&got, &want[0]);
+        assert!(
+            c > 0.9999,
+            "text {i} ({kind:?}) got the other model's vector: {c}"
+        );
+    }
 }

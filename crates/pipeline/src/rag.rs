@@ -42,6 +42,25 @@ pub struct Ingested {
     pub chunks: usize,
 }
 
+/// A document on its way in: its chunks and their vectors, unless its
+/// content is what the store already holds.
+struct PendingDoc {
+    doc: IngestDoc,
+    metadata: String,
+    hash: String,
+    unchanged: bool,
+    pieces: Vec<ragtime_embed::TextChunk>,
+    vectors: Vec<Vec<f32>>,
+    embedded: bool,
+}
+
+/// Documents chunked and embedded by [`Rag::prepare`], not yet written.
+pub struct Prepared {
+    collection: String,
+    coll_id: i64,
+    pending: Vec<PendingDoc>,
+}
+
 /// Chunking settings (they are part of the content hash, so changing them
 /// re-embeds documents on their next ingest).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,84 +171,178 @@ impl Rag {
         }
     }
 
-    /// Ingests documents into `collection` (created if missing). All
-    /// chunks of the request are embedded together (full batches), then
-    /// every changed document is committed to the store in one transaction
-    /// before any of them is indexed. Identical content is neither
-    /// re-embedded nor rewritten.
+    /// Ingests documents into `collection` (created if missing):
+    /// [`Rag::prepare`] then [`Rag::commit`]. Only the commit is serialised
+    /// with other writes, so concurrent ingests embed while another commits.
     pub async fn ingest(
         &self,
         collection: &str,
         docs: Vec<IngestDoc>,
     ) -> Result<Vec<Ingested>, RagError> {
-        let _w = self.write_lock.lock().await;
-        let coll_id = self.store.ensure_collection(collection).await?;
-        let index = self.indexes.get_or_create(collection)?;
-        // 1. Skip unchanged documents; chunk the rest.
+        let prepared = self.prepare(collection, docs).await?;
+        self.commit(prepared).await
+    }
+
+    /// Ingests a sequence of batches in order, preparing (chunking and
+    /// embedding) the next batch while the previous one commits, so the
+    /// embedding threads rarely wait for the store and the indexes.
+    /// `done` sees each batch's outcome as it is committed.
+    pub async fn ingest_batches(
+        &self,
+        collection: &str,
+        batches: impl IntoIterator<Item = Vec<IngestDoc>>,
+        mut done: impl FnMut(Vec<Ingested>),
+    ) -> Result<(), RagError> {
+        let mut previous: Option<Prepared> = None;
+        for batch in batches {
+            let next = self.prepare(collection, batch);
+            let next = match previous.take() {
+                Some(p) => {
+                    let (next, committed) = tokio::join!(next, self.commit(p));
+                    done(committed?);
+                    next?
+                }
+                None => next.await?,
+            };
+            previous = Some(next);
+        }
+        if let Some(p) = previous {
+            done(self.commit(p).await?);
+        }
+        Ok(())
+    }
+
+    fn content_hash(&self, doc: &IngestDoc, metadata: &str) -> String {
+        format!(
+            "{:016x}-{}-{}",
+            fnv1a(&[
+                doc.title.as_bytes(),
+                doc.text.as_bytes(),
+                metadata.as_bytes()
+            ]),
+            self.params.max_tokens,
+            self.params.overlap
+        )
+    }
+
+    /// Chunks and embeds (all chunks of the request together, in full
+    /// batches) every document whose content differs from the stored one.
+    /// Writes nothing but the collection's name.
+    pub async fn prepare(
+        &self,
+        collection: &str,
+        docs: Vec<IngestDoc>,
+    ) -> Result<Prepared, RagError> {
+        // Every write, creating a collection too, happens under the write
+        // lock (SQLite allows one writer; a second would see it busy).
+        let coll_id = match self.store.collection_id(collection).await? {
+            Some(id) => id,
+            None => {
+                let _w = self.write_lock.lock().await;
+                self.store.ensure_collection(collection).await?
+            }
+        };
         let mut pending = Vec::with_capacity(docs.len());
         for doc in docs {
             let metadata = Value::Object(doc.metadata.clone()).to_string();
-            let hash = format!(
-                "{:016x}-{}-{}",
-                fnv1a(&[
-                    doc.title.as_bytes(),
-                    doc.text.as_bytes(),
-                    metadata.as_bytes()
-                ]),
-                self.params.max_tokens,
-                self.params.overlap
-            );
+            let hash = self.content_hash(&doc, &metadata);
             let unchanged =
                 self.store.content_hash(coll_id, &doc.id).await?.as_deref() == Some(hash.as_str());
-            let pieces = if unchanged {
-                Vec::new()
-            } else {
-                tokio::task::block_in_place(|| self.chunker.chunk(&doc.text))
-            };
-            pending.push((doc, metadata, hash, unchanged, pieces));
+            pending.push(PendingDoc {
+                doc,
+                metadata,
+                hash,
+                unchanged,
+                pieces: Vec::new(),
+                vectors: Vec::new(),
+                embedded: false,
+            });
         }
-        // 2. One embedding call for every new chunk (batched by the service).
-        let texts: Vec<String> = pending
+        self.embed_pending(pending.iter_mut().filter(|p| !p.unchanged))
+            .await?;
+        Ok(Prepared {
+            collection: collection.to_owned(),
+            coll_id,
+            pending,
+        })
+    }
+
+    async fn embed_pending(
+        &self,
+        docs: impl Iterator<Item = &mut PendingDoc>,
+    ) -> Result<(), RagError> {
+        let mut docs: Vec<&mut PendingDoc> = docs.collect();
+        for p in docs.iter_mut() {
+            p.pieces = tokio::task::block_in_place(|| self.chunker.chunk(&p.doc.text));
+        }
+        let texts: Vec<String> = docs
             .iter()
-            .flat_map(|(d, _, _, _, pieces)| pieces.iter().map(|p| embed_text(&d.title, &p.text)))
+            .flat_map(|p| p.pieces.iter().map(|c| embed_text(&p.doc.title, &c.text)))
             .collect();
         let mut vectors = self
             .embedder
-            .embed(texts, Cancel::new())
+            .embed_passages(texts, Cancel::new())
             .await
             .map_err(RagError::Embed)?
             .into_iter();
-        // 3. Commit every changed document at once.
+        for p in docs {
+            p.vectors = vectors.by_ref().take(p.pieces.len()).collect();
+            p.embedded = true;
+        }
+        Ok(())
+    }
+
+    /// Commits prepared documents to the store in one transaction, then to
+    /// the indexes (a write is acknowledged once durable). Commits are
+    /// serialised; a document found unchanged while preparing is checked
+    /// again here, and embedded now if another write changed it since.
+    pub async fn commit(&self, prepared: Prepared) -> Result<Vec<Ingested>, RagError> {
+        let _w = self.write_lock.lock().await;
+        let Prepared {
+            collection,
+            coll_id,
+            mut pending,
+        } = prepared;
+        let index = self.indexes.get_or_create(&collection)?;
+        for p in pending.iter_mut().filter(|p| p.unchanged) {
+            let stored = self.store.content_hash(coll_id, &p.doc.id).await?;
+            p.unchanged = stored.as_deref() == Some(p.hash.as_str());
+        }
+        self.embed_pending(pending.iter_mut().filter(|p| !p.unchanged && !p.embedded))
+            .await?;
         let mut new_docs = Vec::new();
-        for (doc, metadata, hash, unchanged, pieces) in &pending {
-            if *unchanged {
+        for p in &mut pending {
+            if p.unchanged {
                 continue;
             }
+            let vectors = std::mem::take(&mut p.vectors);
             new_docs.push(NewDocument {
-                external_id: doc.id.clone(),
-                title: doc.title.clone(),
-                metadata: metadata.clone(),
-                content_hash: hash.clone(),
-                chunks: pieces
+                external_id: p.doc.id.clone(),
+                title: p.doc.title.clone(),
+                metadata: p.metadata.clone(),
+                content_hash: p.hash.clone(),
+                chunks: p
+                    .pieces
                     .iter()
+                    .zip(vectors)
                     .enumerate()
-                    .map(|(i, p)| NewChunk {
+                    .map(|(i, (c, embedding))| NewChunk {
                         position: i as i32,
-                        text: p.text.clone(),
-                        tokens: p.tokens as i32,
-                        embedding: vectors.next().unwrap_or_default(),
+                        text: c.text.clone(),
+                        tokens: c.tokens as i32,
+                        embedding,
                     })
                     .collect(),
             });
         }
         let receipts = self.store.upsert_documents(coll_id, &new_docs).await?;
         let versions: Vec<i64> = receipts.iter().map(|r| r.version).collect();
-        // 4. Durable from here on; the indexes follow the store.
+        // Durable from here on; the indexes follow the store.
         let mut removed = Vec::new();
         let mut items = Vec::new();
         let mut receipts = receipts.into_iter().zip(new_docs);
         let mut out = Vec::with_capacity(pending.len());
-        for (doc, _, _, unchanged, _) in pending {
+        for PendingDoc { doc, unchanged, .. } in pending {
             if unchanged {
                 let n = self
                     .store

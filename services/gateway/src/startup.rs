@@ -217,6 +217,7 @@ fn embedder_options(config: &Config) -> EmbedderOptions {
         intra_threads: e.intra_threads,
         max_tokens: e.max_tokens,
         batch_size: e.batch_size,
+        passage_int8: e.passage_int8,
     }
 }
 
@@ -270,9 +271,13 @@ pub async fn ingest_files(
     let (mut n_docs, mut n_chunks, mut unchanged) = (0usize, 0usize, 0usize);
     let total = docs.len();
     let mut it = docs.into_iter().peekable();
-    while it.peek().is_some() {
-        let part: Vec<_> = it.by_ref().take(batch).collect();
-        for r in rag.ingest(collection, part).await? {
+    let batches = std::iter::from_fn(|| {
+        it.peek()
+            .is_some()
+            .then(|| it.by_ref().take(batch).collect::<Vec<_>>())
+    });
+    rag.ingest_batches(collection, batches, |done| {
+        for r in done {
             n_docs += 1;
             if r.status == ragtime_store::Upsert::Unchanged {
                 unchanged += 1;
@@ -281,7 +286,8 @@ pub async fn ingest_files(
             }
         }
         eprintln!("ingest: {n_docs}/{total} documents");
-    }
+    })
+    .await?;
     let secs = t0.elapsed().as_secs_f64();
     println!(
         "ingested {n_docs} documents into {collection:?} ({unchanged} unchanged, {n_chunks} chunks embedded) in {secs:.1} s: {:.0} chunks/s",

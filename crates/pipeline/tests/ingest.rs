@@ -1,0 +1,123 @@
+//! Ingestion split into prepare (chunk + embed) and commit (store, then
+//! indexes): concurrent or pipelined batches still end in the order their
+//! commits were made, with the real model on a temporary SQLite store.
+
+use ragtime_embed::{EmbedService, EmbedderOptions, OnnxEmbedder, ServiceOptions};
+use ragtime_pipeline::rag::{ChunkParams, IngestDoc, Rag};
+use ragtime_store::{Store, Upsert};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+fn cache() -> PathBuf {
+    std::env::var_os("RAGTIME_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/ragtime")
+        })
+}
+
+async fn rag() -> (Rag, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(&Store::sqlite_url(dir.path()))
+        .await
+        .expect("store");
+    let c = cache();
+    let model = OnnxEmbedder::load(&EmbedderOptions {
+        model_dir: c.join("models/all-minilm-l6-v2"),
+        ort_lib: c.join("onnxruntime/libonnxruntime.so.1.31.1"),
+        intra_threads: 1,
+        max_tokens: 256,
+        batch_size: 16,
+        passage_int8: true,
+    })
+    .unwrap_or_else(|e| panic!("run `make setup` first: {e}"));
+    let svc = EmbedService::new(model, ServiceOptions::default());
+    let params = ChunkParams {
+        max_tokens: 64,
+        overlap: 8,
+    };
+    (Rag::new(store, Arc::new(svc), params), dir)
+}
+
+fn doc(id: &str, text: &str) -> IngestDoc {
+    IngestDoc {
+        id: id.into(),
+        title: String::new(),
+        text: text.into(),
+        metadata: serde_json::Map::new(),
+    }
+}
+
+async fn stored_text(rag: &Rag, id: &str) -> String {
+    let coll = rag
+        .store
+        .collection_id("c")
+        .await
+        .expect("query")
+        .expect("collection");
+    let d = rag
+        .store
+        .get_document(coll, id)
+        .await
+        .expect("query")
+        .expect("document");
+    d.chunks.iter().map(|c| c.text.as_str()).collect()
+}
+
+/// A document found unchanged while its batch was prepared, but changed by
+/// another write before the batch commits, is embedded and written at the
+/// commit: the later write wins, as it would have one at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unchanged_document_changed_before_commit_is_written() {
+    let (rag, _dir) = rag().await;
+    let (x, z) = (
+        "Cats sleep most of the day.",
+        "Dogs bark at the mail carrier.",
+    );
+    rag.ingest("c", vec![doc("d", x)]).await.expect("first");
+    let prepared = rag.prepare("c", vec![doc("d", x)]).await.expect("prepare");
+    rag.ingest("c", vec![doc("d", z)]).await.expect("second");
+    assert_eq!(stored_text(&rag, "d").await, z);
+    let out = rag.commit(prepared).await.expect("commit");
+    assert_eq!(out[0].status, Upsert::Replaced);
+    assert_eq!(stored_text(&rag, "d").await, x);
+    // The index agrees with the store: one document, x's text.
+    let index = rag.collection("c").await.expect("index");
+    assert_eq!(index.len(), 1);
+    // And a document still unchanged at commit is reported so.
+    let again = rag.ingest("c", vec![doc("d", x)]).await.expect("third");
+    assert_eq!(again[0].status, Upsert::Unchanged);
+}
+
+/// Pipelined batches commit in order: a document listed in several
+/// batches ends as its last version, and every batch is reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_batches_commit_in_order() {
+    let (rag, _dir) = rag().await;
+    let batches = vec![
+        vec![
+            doc("a", "first version of a"),
+            doc("b", "only version of b"),
+        ],
+        vec![doc("a", "second version of a")],
+        vec![
+            doc("c", "only version of c"),
+            doc("a", "first version of a"),
+        ],
+    ];
+    let mut seen = Vec::new();
+    rag.ingest_batches("c", batches, |r| {
+        seen.push(
+            r.iter()
+                .map(|i| (i.id.clone(), i.status))
+                .collect::<Vec<_>>(),
+        );
+    })
+    .await
+    .expect("ingest");
+    assert_eq!(seen.len(), 3);
+    assert_eq!(seen[1], [("a".to_owned(), Upsert::Replaced)]);
+    assert_eq!(seen[2][1], ("a".to_owned(), Upsert::Replaced));
+    assert_eq!(stored_text(&rag, "a").await, "first version of a");
+    assert_eq!(stored_text(&rag, "c").await, "only version of c");
+}
