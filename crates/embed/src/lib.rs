@@ -94,9 +94,10 @@ impl OnnxEmbedder {
             opts.max_tokens,
             TruncationStrategy::LongestFirst,
         )?;
-        let session = load_session(&opts.ort_lib, &model, opts.intra_threads)?;
+        // Read once: the fp32 session and the int8 rewrite share the bytes.
+        let bytes = std::fs::read(&model).map_err(|e| file_err(&model, e))?;
+        let session = load_session_from_memory(&opts.ort_lib, &model, &bytes, opts.intra_threads)?;
         let passages = if opts.passage_int8 {
-            let bytes = std::fs::read(&model).map_err(|e| file_err(&model, e))?;
             let (int8, rewritten) = int8_matmuls(&bytes).map_err(|e| file_err(&model, e))?;
             if rewritten == 0 {
                 tracing::warn!(model = %model.display(), "no int8 weights to compute with: passages use fp32");

@@ -107,6 +107,16 @@ fn put_bytes(out: &mut Vec<u8>, num: u64, b: &[u8]) {
     );
 }
 
+fn put_varint_field(out: &mut Vec<u8>, num: u64, v: u64) {
+    put_field(
+        out,
+        &Field {
+            num,
+            value: Value::Varint(v),
+        },
+    );
+}
+
 fn strings<'a>(fields: &[Field<'a>], num: u64) -> Vec<&'a str> {
     fields
         .iter()
@@ -324,13 +334,7 @@ pub fn int8_matmuls(model: &[u8]) -> Result<(Vec<u8>, usize), String> {
     if !has_ms_opset {
         let mut opset = Vec::new();
         put_bytes(&mut opset, 1, b"com.microsoft");
-        put_field(
-            &mut opset,
-            &Field {
-                num: 2,
-                value: Value::Varint(1),
-            },
-        );
+        put_varint_field(&mut opset, 2, 1);
         put_bytes(&mut out, MODEL_OPSET, &opset);
     }
     Ok((out, count))
@@ -352,13 +356,7 @@ mod tests {
     fn wire_format_round_trips() {
         let mut buf = Vec::new();
         put_bytes(&mut buf, 3, b"hello");
-        put_field(
-            &mut buf,
-            &Field {
-                num: 2,
-                value: Value::Varint(300),
-            },
-        );
+        put_varint_field(&mut buf, 2, 300);
         put_field(
             &mut buf,
             &Field {
@@ -396,21 +394,9 @@ mod tests {
         let t = |name: &str, dtype: u64, dims: &[u64]| {
             let mut b = Vec::new();
             for &d in dims {
-                put_field(
-                    &mut b,
-                    &Field {
-                        num: TENSOR_DIMS,
-                        value: Value::Varint(d),
-                    },
-                );
+                put_varint_field(&mut b, TENSOR_DIMS, d);
             }
-            put_field(
-                &mut b,
-                &Field {
-                    num: TENSOR_TYPE,
-                    value: Value::Varint(dtype),
-                },
-            );
+            put_varint_field(&mut b, TENSOR_TYPE, dtype);
             put_bytes(&mut b, TENSOR_NAME, name.as_bytes());
             b
         };

@@ -51,7 +51,6 @@ struct PendingDoc {
     unchanged: bool,
     pieces: Vec<ragtime_embed::TextChunk>,
     vectors: Vec<Vec<f32>>,
-    embedded: bool,
 }
 
 /// Documents chunked and embedded by [`Rag::prepare`], not yet written.
@@ -255,7 +254,6 @@ impl Rag {
                 unchanged,
                 pieces: Vec::new(),
                 vectors: Vec::new(),
-                embedded: false,
             });
         }
         self.embed_pending(pending.iter_mut().filter(|p| !p.unchanged))
@@ -287,7 +285,6 @@ impl Rag {
             .into_iter();
         for p in docs {
             p.vectors = vectors.by_ref().take(p.pieces.len()).collect();
-            p.embedded = true;
         }
         Ok(())
     }
@@ -304,12 +301,15 @@ impl Rag {
             mut pending,
         } = prepared;
         let index = self.indexes.get_or_create(&collection)?;
+        let mut changed_since = Vec::new();
         for p in pending.iter_mut().filter(|p| p.unchanged) {
             let stored = self.store.content_hash(coll_id, &p.doc.id).await?;
-            p.unchanged = stored.as_deref() == Some(p.hash.as_str());
+            if stored.as_deref() != Some(p.hash.as_str()) {
+                p.unchanged = false;
+                changed_since.push(p);
+            }
         }
-        self.embed_pending(pending.iter_mut().filter(|p| !p.unchanged && !p.embedded))
-            .await?;
+        self.embed_pending(changed_since.into_iter()).await?;
         let mut new_docs = Vec::new();
         for p in &mut pending {
             if p.unchanged {
