@@ -1,5 +1,8 @@
-//! `ragtime-bench scifact|vectors|cache|embed|all` — prints figures; asserts nothing.
+//! `ragtime-bench scifact|vectors|cache|embed|ingest|all` — prints figures;
+//! asserts nothing.
 //!
+//! - `ingest`: ingest throughput alone (`BENCH_DOCS` limits the documents;
+//!   `BENCH_BATCH_TOKENS` sets the padded tokens per inference).
 //! - `rerank`: the shared cross-encoder: nDCG@10 by blend weight and
 //!   latency for 10/20/50 candidates (see `rerank_bench`).
 //! - `chat`: end-to-end time to first token on the local LLM and semantic
@@ -52,6 +55,7 @@ fn load_model(threads: usize) -> OnnxEmbedder {
         intra_threads: threads,
         max_tokens: 256,
         batch_size: batch,
+        max_batch_tokens: env_usize("BENCH_BATCH_TOKENS", 1024),
         passage_int8: env_usize("BENCH_PASSAGE_INT8", 1) == 1,
     })
     .unwrap_or_else(|e| panic!("run `make setup` first: {e}"))
@@ -98,6 +102,9 @@ async fn main() {
         return;
     }
     let (rag, _dir) = ingest_scifact(&data).await;
+    if what == "ingest" {
+        return;
+    }
     if what == "scifact" || what == "all" {
         scifact_quality(&rag, &data).await;
     }
@@ -212,7 +219,9 @@ async fn ingest_scifact(data: &SciFact) -> (Rag, tempfile::TempDir) {
     );
     let t0 = Instant::now();
     let mut chunks = 0usize;
-    rag.ingest_batches("scifact", data.corpus.chunks(64).map(as_docs), |r| {
+    // `BENCH_DOCS` ingests only the first documents (for quick comparisons).
+    let docs = &data.corpus[..env_usize("BENCH_DOCS", data.corpus.len()).min(data.corpus.len())];
+    rag.ingest_batches("scifact", docs.chunks(64).map(as_docs), |r| {
         chunks += r.iter().map(|r| r.chunks).sum::<usize>();
     })
     .await
@@ -228,11 +237,11 @@ async fn ingest_scifact(data: &SciFact) -> (Rag, tempfile::TempDir) {
     );
     println!(
         "documents {}  chunks {}  time {:.1} s  throughput {:.0} chunks/s ({:.0} docs/s)",
-        data.corpus.len(),
+        docs.len(),
         chunks,
         secs,
         chunks as f64 / secs,
-        data.corpus.len() as f64 / secs
+        docs.len() as f64 / secs
     );
     (rag, dir)
 }

@@ -136,6 +136,32 @@ impl BertBatch {
         b
     }
 
+    /// A batch of unpadded encodings, padded to the longest (id, mask and
+    /// type 0), as a `BatchLongest` tokenizer would.
+    pub fn padded(encodings: &[&tokenizers::Encoding]) -> Self {
+        let batch = encodings.len();
+        let seq = encodings.iter().map(|e| e.len()).max().unwrap_or(0);
+        let mut b = Self {
+            batch,
+            seq,
+            ids: vec![0; batch * seq],
+            mask: vec![0; batch * seq],
+            types: vec![0; batch * seq],
+        };
+        for (row, e) in encodings.iter().enumerate() {
+            let at = row * seq;
+            let put = |dst: &mut [i64], src: &[u32]| {
+                for (d, &x) in dst.iter_mut().zip(src) {
+                    *d = i64::from(x);
+                }
+            };
+            put(&mut b.ids[at..at + seq], e.get_ids());
+            put(&mut b.mask[at..at + seq], e.get_attention_mask());
+            put(&mut b.types[at..at + seq], e.get_type_ids());
+        }
+        b
+    }
+
     /// One input as an ONNX tensor.
     pub fn tensor(&self, v: &[i64]) -> ort::Result<ort::value::Tensor<i64>> {
         ort::value::Tensor::from_array(([self.batch, self.seq], v.to_vec()))

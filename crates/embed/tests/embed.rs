@@ -21,6 +21,7 @@ fn load() -> OnnxEmbedder {
         intra_threads: 1,
         max_tokens: 256,
         batch_size: 8,
+        max_batch_tokens: 1024,
         passage_int8: true,
     })
     .unwrap_or_else(|e| panic!("load the model with `make setup` first: {e}"))
@@ -71,6 +72,32 @@ fn batching_and_padding_do_not_change_a_vector() {
     let padded = e.embed(&[long, short], &Cancel::new()).unwrap_or_default();
     let c = cos(&alone[0], &padded[1]);
     assert!(c > 0.9999, "padding changed the vector: cosine {c}");
+}
+
+/// Texts of mixed length are split into batches by text count and padded
+/// tokens (here 8 texts, 1024 tokens): every vector matches the text
+/// embedded alone and comes back in the caller's order.
+#[test]
+fn token_budget_batches_keep_order_and_vectors() {
+    let e = embedder();
+    let texts: Vec<String> = (0..20)
+        .map(|i| {
+            let words = 1 + (i * 37) % 120;
+            format!(
+                "text {i}: {}",
+                "cells fold proteins and repair damage ".repeat(words / 6 + 1)
+            )
+        })
+        .collect();
+    let together = e.embed(&texts, &Cancel::new()).expect("together");
+    assert_eq!(together.len(), texts.len());
+    for (t, v) in texts.iter().zip(&together) {
+        let alone = e
+            .embed(std::slice::from_ref(t), &Cancel::new())
+            .expect("alone");
+        let c = cos(&alone[0], v);
+        assert!(c > 0.9999, "{t:.20}: cosine {c}");
+    }
 }
 
 #[test]
@@ -247,6 +274,27 @@ fn the_setup_model_rewrites_to_int8_matrix_products() {
     assert!(embedder().passage_int8());
 }
 
+/// The setup model's six softmax NaN guards and six erf GELUs are
+/// simplified, and a second pass finds nothing left.
+#[test]
+fn the_setup_model_simplifies_its_attention_and_gelus() {
+    let bytes = std::fs::read(cache().join("models/all-minilm-l6-v2/model.onnx")).expect("model");
+    let (out, done) = ragtime_embed::simplify(&bytes).expect("simplify");
+    assert_eq!(
+        done,
+        ragtime_embed::Simplified {
+            nan_guards: 6,
+            gelus: 6
+        }
+    );
+    assert!(out.len() < bytes.len());
+    let (again, none) = ragtime_embed::simplify(&out).expect("again");
+    assert_eq!(none, ragtime_embed::Simplified::default());
+    assert_eq!(again, out);
+    // The int8 rewrite still finds every product in the simplified graph.
+    assert_eq!(ragtime_embed::int8_matmuls(&out).expect("int8").1, 36);
+}
+
 /// Passages (int8 compute) stay close to the fp32 reference; queries keep
 /// fp32. The two differ, so the passage path really runs the int8 model.
 #[test]
@@ -328,20 +376,31 @@ async fn the_service_keeps_queries_and_passages_apart() {
             r.expect("embed").remove(0)
         }));
     }
+    // Queries run fp32: exactly the vector of the text alone. Passages run
+    // the int8 session, whose activation scale is per batch, so a passage
+    // merged with others moves slightly (cosine ≥ 0.98 to the text alone);
+    // at least one differs from its fp32 vector, so none took the query path.
+    let mut passage_vs_fp32 = 1f32;
     for (i, task) in tasks.into_iter().enumerate() {
         let got = task.await.expect("join");
-        let kind = if i % 2 == 0 {
-            Kind::Query
-        } else {
-            Kind::Passage
-        };
-        let want = embedder()
-            .embed_kind(std::slice::from_ref(&texts[i]), &Cancel::new(), kind)
+        let one = std::slice::from_ref(&texts[i]);
+        let fp32 = embedder()
+            .embed_kind(one, &Cancel::new(), Kind::Query)
             .unwrap_or_default();
-        let c = cos(&got, &want[0]);
-        assert!(
-            c > 0.9999,
-            "text {i} ({kind:?}) got the other model's vector: {c}"
-        );
+        if i % 2 == 0 {
+            let c = cos(&got, &fp32[0]);
+            assert!(c > 0.9999, "query {i} got another model's vector: {c}");
+        } else {
+            let int8 = embedder()
+                .embed_kind(one, &Cancel::new(), Kind::Passage)
+                .unwrap_or_default();
+            let c = cos(&got, &int8[0]);
+            assert!(c >= 0.98, "passage {i}: cosine {c} to the int8 vector");
+            passage_vs_fp32 = passage_vs_fp32.min(cos(&got, &fp32[0]));
+        }
     }
+    assert!(
+        passage_vs_fp32 < 0.9999,
+        "every passage got the fp32 query vector"
+    );
 }

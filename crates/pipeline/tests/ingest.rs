@@ -28,6 +28,7 @@ async fn rag() -> (Rag, tempfile::TempDir) {
         intra_threads: 1,
         max_tokens: 256,
         batch_size: 16,
+        max_batch_tokens: 1024,
         passage_int8: true,
     })
     .unwrap_or_else(|e| panic!("run `make setup` first: {e}"));

@@ -155,6 +155,8 @@ pub struct EmbedConfig {
     pub max_tokens: usize,
     /// Most texts in one inference (micro-batches merge up to this).
     pub batch_size: usize,
+    /// Most padded tokens in one inference (texts × longest).
+    pub max_batch_tokens: usize,
     /// Embedding worker threads.
     pub workers: usize,
     /// How long a worker waits for concurrent requests to fill a batch (µs).
@@ -293,6 +295,7 @@ impl Default for EmbedConfig {
             intra_threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(2)),
             max_tokens: 256,
             batch_size: 32,
+            max_batch_tokens: 1024,
             workers: 1,
             batch_wait_us: 0,
             cache_entries: 100_000,
@@ -404,6 +407,12 @@ impl Config {
         }
         if !(1..=1024).contains(&e.batch_size) {
             return Err(invalid("embed.batch_size", "must be between 1 and 1024"));
+        }
+        if !(16..=1_048_576).contains(&e.max_batch_tokens) {
+            return Err(invalid(
+                "embed.max_batch_tokens",
+                "must be between 16 and 1048576",
+            ));
         }
         if !(1..=8).contains(&e.workers) {
             return Err(invalid("embed.workers", "must be between 1 and 8"));

@@ -217,6 +217,7 @@ fn embedder_options(config: &Config) -> EmbedderOptions {
         intra_threads: e.intra_threads,
         max_tokens: e.max_tokens,
         batch_size: e.batch_size,
+        max_batch_tokens: e.max_batch_tokens,
         passage_int8: e.passage_int8,
     }
 }

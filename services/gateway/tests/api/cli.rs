@@ -82,12 +82,17 @@ fn config_layers_defaults_then_file_then_environment() {
 #[test]
 fn invalid_configuration_fails_at_start_naming_the_key() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let cases: [(&str, &str, &str); 5] = [
+    let cases: [(&str, &str, &str); 6] = [
         ("RAGTIME__BUDGETS__TOTAL_MS", "0", "budgets.total_ms"),
         ("RAGTIME__BUDGETS__RERANK_MS", "999999", "budgets.rerank_ms"),
         ("RAGTIME__BUDGETS__EMBED_MS", "abc", "embed_ms"),
         ("RAGTIME__LLM__BASE_URL", "gpu:8000", "llm.base_url"),
         ("RAGTIME__BUDGETS__LLM_TTFT", "700", "llm_ttft"),
+        (
+            "RAGTIME__EMBED__MAX_BATCH_TOKENS",
+            "8",
+            "embed.max_batch_tokens",
+        ),
     ];
     for (key, value, named) in cases {
         let out = ragtime(dir.path())
