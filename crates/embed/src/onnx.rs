@@ -116,24 +116,9 @@ pub struct BertBatch {
 }
 
 impl BertBatch {
+    /// A batch of encodings (already padded to one length, or padded here).
     pub fn new(encodings: &[tokenizers::Encoding]) -> Self {
-        let batch = encodings.len();
-        let seq = encodings.first().map_or(0, |e| e.get_ids().len());
-        let mut b = Self {
-            batch,
-            seq,
-            ids: Vec::with_capacity(batch * seq),
-            mask: Vec::with_capacity(batch * seq),
-            types: Vec::with_capacity(batch * seq),
-        };
-        for e in encodings {
-            b.ids.extend(e.get_ids().iter().map(|&x| i64::from(x)));
-            b.mask
-                .extend(e.get_attention_mask().iter().map(|&x| i64::from(x)));
-            b.types
-                .extend(e.get_type_ids().iter().map(|&x| i64::from(x)));
-        }
-        b
+        Self::padded(&encodings.iter().collect::<Vec<_>>())
     }
 
     /// A batch of unpadded encodings, padded to the longest (id, mask and
