@@ -2,8 +2,8 @@
 //! the query (fp32) and the passage (int8) sessions at load time.
 //!
 //! The model in setup was exported by PyTorch's dynamo exporter, whose
-//! graph ONNX Runtime's own fusions do not recognise in two places that
-//! together cost about a third of an inference (profiled with ONNX
+//! graph ONNX Runtime's own fusions do not recognise in three places (the
+//! first two cost about a third of an inference, profiled with ONNX
 //! Runtime's profiler, batch 32 × 128 tokens):
 //!
 //! - **NaN guard after softmax.** `scaled_dot_product_attention` exports as
@@ -18,14 +18,29 @@
 //!   the contrib op `Gelu` (same erf formula), which ONNX Runtime then fuses
 //!   with the bias before it into `BiasGelu`.
 //!
-//! Both rewrites compute the same function, so query vectors keep their
-//! cosine ≥ 0.999 to the reference.
+//! - **Attention.** Each layer's scaled dot-product attention is exported
+//!   as about thirty nodes: per-head `Reshape`/`Transpose` views of the
+//!   query, key and value projections, two scaling `Mul`s, `MatMul`, the
+//!   additive padding mask, `Softmax`, the NaN guard above, `MatMul` and the
+//!   views back, plus the shape arithmetic feeding the views. All of it is
+//!   replaced by ONNX Runtime's contrib `MultiHeadAttention` over the three
+//!   projections with `attention_mask` as key-padding mask (the same
+//!   function: scale = the product of the two `Mul` constants, heads = width
+//!   / head size read off the graph), and the nodes nothing reads any more
+//!   are pruned. The graph shrinks from 355 to 193 nodes (283 to 121 for the int8
+//!   passage graph); a short query's inference is about 8 % faster.
+//!
+//! Every rewrite computes the same function; a test checks the hidden
+//! states of a padded batch against the exported graph.
 
 use crate::proto::*;
 
 /// What [`simplify`] rewrote.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Simplified {
+    /// Attention subgraphs replaced by one `MultiHeadAttention` node.
+    pub attentions: usize,
+    /// NaN guards left outside a fused attention, made `Identity`.
     pub nan_guards: usize,
     pub gelus: usize,
 }
@@ -117,14 +132,249 @@ fn gelus(g: &mut Graph<'_>) -> usize {
     count
 }
 
-/// Applies both simplifications; returns the model (unchanged when there
+/// Follows `value` up through `Reshape` and `Transpose` nodes read by
+/// nothing else; returns the value they start from, the nodes passed and
+/// the first `Reshape` (the one reading that value).
+fn up_through_views<'a>(g: &Graph<'a>, mut value: &'a str) -> Option<(String, Vec<usize>, usize)> {
+    let mut passed = Vec::new();
+    loop {
+        let k = *g.producer.get(value)?;
+        let n = g.node(k);
+        if !matches!(n.op, "Reshape" | "Transpose") || g.edited(k) || !only_shape_reads(g, value) {
+            let first = *passed.last()?;
+            return (g.node(first).op == "Reshape").then(|| (value.to_owned(), passed, first));
+        }
+        passed.push(k);
+        value = n.inputs.first()?;
+    }
+}
+
+/// Whether `value` has one reader apart from `Shape` nodes (which read
+/// only its shape, and are pruned with the pattern's shape arithmetic).
+fn only_shape_reads(g: &Graph<'_>, value: &str) -> bool {
+    let readers = g.consumers.get(value).map_or(&[][..], Vec::as_slice);
+    readers.iter().filter(|&&k| g.node(k).op != "Shape").count() == 1
+}
+
+/// `Transpose(perm = [0, 2, 1, 3])`: [batch, seq, heads, size] ↔
+/// [batch, heads, seq, size].
+fn heads_transpose(g: &Graph<'_>, k: usize) -> bool {
+    g.node(k).op == "Transpose" && g.attr_ints(k, "perm").as_deref() == Some(&[0, 2, 1, 3])
+}
+
+/// A projection output `Add(MatMul(…), bias)`: the bias length.
+fn projection_width(g: &Graph<'_>, value: &str) -> Option<u64> {
+    let add = g.produced_by(value, "Add")?;
+    g.node(add).inputs.iter().find_map(|i| {
+        let t = &g.inits.get(i)?.1;
+        (t.dtype == FLOAT && t.dims.len() == 1).then(|| t.dims[0])
+    })
+}
+
+/// The head size a per-head `Reshape` splits into: the last entry of its
+/// shape (an initializer, or a `Concat` ending in one).
+fn head_size(g: &Graph<'_>, reshape: usize) -> Option<u64> {
+    let shape = *g.node(reshape).inputs.get(1)?;
+    let last = match g.inits.get(shape) {
+        Some((_, t)) => *t.ints()?.last()?,
+        None => {
+            let concat = g.produced_by(shape, "Concat")?;
+            let last = g.node(concat).inputs.last()?;
+            *g.inits.get(last)?.1.ints()?.last()?
+        }
+    };
+    u64::try_from(last).ok().filter(|&h| h > 0)
+}
+
+/// Whether `value` is computed from the graph input `input` (looking at
+/// most 256 values up).
+fn depends_on(g: &Graph<'_>, value: &str, input: &str) -> bool {
+    let mut todo = vec![value];
+    let mut seen = std::collections::HashSet::new();
+    while let Some(v) = todo.pop() {
+        if v == input {
+            return true;
+        }
+        if seen.insert(v)
+            && seen.len() <= 256
+            && let Some(&k) = g.producer.get(v)
+        {
+            todo.extend(g.node(k).inputs.iter().copied());
+        }
+    }
+    false
+}
+
+/// Scaled dot-product attention over per-head views of three projections,
+/// with an additive key-padding mask from `attention_mask`, →
+/// `MultiHeadAttention(q, k, v, key_padding_mask)` (contrib op).
+///
+/// Matched: `Softmax(axis −1)` of `Add(MatMul(Mul(q', a), Mul(k', b)),
+/// Where(m, 0, −huge))`, where `q'` and `v'` are `Transpose([0, 2, 1, 3])`
+/// of a per-head `Reshape` of a projection `Add(…, bias)`, `k'` is reached
+/// from its projection through `Reshape`/`Transpose` views only, `m` is
+/// computed from `attention_mask`; the softmax (or its NaN guard) is read
+/// by `MatMul(·, v')`, then `Transpose([0, 2, 1, 3])` and `Reshape` back to
+/// `[batch, seq, hidden]`. The scale is `a · b`; heads are the projection
+/// width over the head size. Every intermediate is read only inside the
+/// pattern. The replaced nodes are dropped; shape computations left
+/// unread are pruned by [`simplify`].
+fn attentions(g: &mut Graph<'_>) -> usize {
+    let mut count = 0;
+    for sm in 0..g.nodes.len() {
+        if g.node(sm).op == "Softmax"
+            && !g.edited(sm)
+            && let Some(rewrite) = attention_at(g, sm)
+        {
+            let (drop, last, node) = rewrite;
+            if count == 0 {
+                let cast = node_bytes(
+                    Some("ragtime_key_padding_mask"),
+                    "Cast",
+                    None,
+                    &["attention_mask"],
+                    &[MASK_I32],
+                );
+                g.insert_before(last, with_int_attr(cast, "to", 6), false); // INT32
+            }
+            g.replace_node(last, node, true);
+            for k in drop {
+                g.drop_node(k);
+            }
+            count += 1;
+        }
+    }
+    count
+}
+
+const MASK_I32: &str = "ragtime_key_padding_mask_i32";
+
+/// The nodes to drop, the node to replace and its replacement, when the
+/// softmax `sm` sits in a scaled dot-product attention (see [`attentions`]).
+fn attention_at(g: &Graph<'_>, sm: usize) -> Option<(Vec<usize>, usize, Vec<u8>)> {
+    if g.attr_int(sm, "axis").unwrap_or(-1) != -1 {
+        return None;
+    }
+    let (scores, probs) = (*g.node(sm).inputs.first()?, *g.node(sm).outputs.first()?);
+    let add = g.produced_by(scores, "Add")?;
+    let (qk, mask) = match g.node(add).inputs[..] {
+        [a, b] if g.produced_by(a, "MatMul").is_some() => (a, b),
+        [a, b] if g.produced_by(b, "MatMul").is_some() => (b, a),
+        _ => return None,
+    };
+    let qk_mm = g.produced_by(qk, "MatMul")?;
+    let wh = g.produced_by(mask, "Where")?;
+    let (cond, zero, neg) = match g.node(wh).inputs[..] {
+        [c, z, n] => (c, z, n),
+        _ => return None,
+    };
+    if g.scalar(zero) != Some(0.0)
+        || !g.scalar(neg).is_some_and(|v| v <= -1e30)
+        || !depends_on(g, cond, "attention_mask")
+        || g.uses(scores) != 1
+        || g.uses(qk) != 1
+    {
+        return None;
+    }
+    // Query and key, each scaled by a constant.
+    let mut scale = 1.0f32;
+    let mut drop = vec![sm, add, qk_mm];
+    let mut sides = Vec::new();
+    for side in g.node(qk_mm).inputs.clone() {
+        let mul = g.produced_by(side, "Mul")?;
+        let (x, c) = match g.node(mul).inputs[..] {
+            [x, c] if g.scalar(c).is_some() => (x, c),
+            [c, x] if g.scalar(c).is_some() => (x, c),
+            _ => return None,
+        };
+        if g.uses(side) != 1 {
+            return None;
+        }
+        scale *= g.scalar(c)?;
+        drop.push(mul);
+        sides.push(x);
+    }
+    let (q_view, k_view) = (sides[0], sides[1]);
+    let (q, q_passed, q_reshape) = up_through_views(g, q_view)?;
+    if q_passed.len() != 2 || !heads_transpose(g, q_passed[0]) {
+        return None;
+    }
+    let (k, k_passed, _) = up_through_views(g, k_view)?;
+    // Softmax → (NaN guard) → MatMul with v'.
+    let mut read = probs;
+    let mut consumers = g.consumers.get(read)?.clone();
+    if consumers.len() == 2 {
+        // Where(IsNaN(p), 0, p).
+        let isnan = *consumers.iter().find(|&&k| g.node(k).op == "IsNaN")?;
+        let guard = *consumers.iter().find(|&&k| g.node(k).op == "Where")?;
+        let gi = &g.node(guard).inputs;
+        if gi.len() != 3
+            || gi[0] != g.node(isnan).outputs[0]
+            || gi[2] != read
+            || g.uses(gi[0]) != 1
+            || g.scalar(gi[1]) != Some(0.0)
+        {
+            return None;
+        }
+        drop.extend([isnan, guard]);
+        read = *g.node(guard).outputs.first()?;
+        consumers = g.consumers.get(read)?.clone();
+    }
+    let [pv_mm] = consumers[..] else {
+        return None;
+    };
+    if g.node(pv_mm).op != "MatMul" || g.node(pv_mm).inputs.first() != Some(&read) {
+        return None;
+    }
+    let (v, v_passed, _) = up_through_views(g, g.node(pv_mm).inputs.get(1)?)?;
+    if v_passed.len() != 2 || !heads_transpose(g, v_passed[0]) {
+        return None;
+    }
+    // Back to [batch, seq, hidden].
+    let pv = g.node(pv_mm).outputs.first()?;
+    let back = g.only_consumer(pv, "Transpose")?;
+    if !heads_transpose(g, back) {
+        return None;
+    }
+    let last = g.only_consumer(g.node(back).outputs.first()?, "Reshape")?;
+    let out = *g.node(last).outputs.first()?;
+    let width = projection_width(g, &q)?;
+    let head = head_size(g, q_reshape)?;
+    if width % head != 0
+        || projection_width(g, &k) != Some(width)
+        || projection_width(g, &v) != Some(width)
+    {
+        return None;
+    }
+    drop.extend([pv_mm, back]);
+    drop.extend(q_passed.iter().chain(&k_passed).chain(&v_passed));
+    let node = node_bytes(
+        g.node(sm).name,
+        "MultiHeadAttention",
+        Some("com.microsoft"),
+        &[&q, &k, &v, "", MASK_I32],
+        &[out],
+    );
+    let node = with_int_attr(node, "num_heads", i64::try_from(width / head).ok()?);
+    Some((drop, last, with_float_attr(node, "scale", scale)))
+}
+
+/// Applies the simplifications; returns the model (unchanged when there
 /// was nothing to rewrite) and what was rewritten.
 pub fn simplify(model: &[u8]) -> Result<(Vec<u8>, Simplified), String> {
     let mut g = Graph::parse(model)?;
-    let done = Simplified {
-        nan_guards: nan_guards(&mut g),
-        gelus: gelus(&mut g),
+    let mut done = Simplified {
+        attentions: attentions(&mut g),
+        ..Simplified::default()
     };
+    if done.attentions > 0 && g.prune().is_err() {
+        // Something outside the pattern still reads a value it computed:
+        // leave attention as exported.
+        g = Graph::parse(model)?;
+        done.attentions = 0;
+    }
+    done.nan_guards = nan_guards(&mut g);
+    done.gelus = gelus(&mut g);
     Ok((g.finish(), done))
 }
 
@@ -226,5 +476,81 @@ mod tests {
             &[scalar_init("z", 0.0)],
         );
         assert_eq!(simplify(&m).expect("simplify").1.nan_guards, 0);
+    }
+
+    /// A graph reading input `x` and writing `output`.
+    fn with_output(nodes: &[Vec<u8>], output: &str) -> Vec<u8> {
+        let mut g = Vec::new();
+        for n in nodes {
+            put_bytes(&mut g, 1, n);
+        }
+        for (num, name) in [(GRAPH_INPUT, "x"), (GRAPH_OUTPUT, output)] {
+            let mut value = Vec::new();
+            put_bytes(&mut value, 1, name.as_bytes());
+            put_bytes(&mut g, num, &value);
+        }
+        let mut m = Vec::new();
+        put_bytes(&mut m, 7, &g);
+        m
+    }
+
+    #[test]
+    fn prune_drops_what_no_output_reads() {
+        let m = with_output(
+            &[
+                n("Relu", &["x"], &["h"]),
+                n("Shape", &["h"], &["dead"]),
+                n("Relu", &["h"], &["y"]),
+            ],
+            "y",
+        );
+        let mut g = Graph::parse(&m).expect("graph");
+        assert_eq!(g.prune(), Ok(1));
+        assert_eq!(ops(&g.finish()), ["Relu(x)", "Relu(h)"]);
+    }
+
+    #[test]
+    fn prune_refuses_a_read_of_a_value_nothing_computes() {
+        let m = with_output(&[n("Relu", &["x"], &["h"]), n("Relu", &["h"], &["y"])], "y");
+        let mut g = Graph::parse(&m).expect("graph");
+        g.drop_node(0);
+        assert_eq!(g.prune(), Err("nothing computes h".to_owned()));
+    }
+
+    #[test]
+    fn attributes_and_int_tensors_read_back() {
+        let softmax = with_int_attr(n("Softmax", &["s"], &["p"]), "axis", -1);
+        let mha = with_float_attr(n("MultiHeadAttention", &["q"], &["o"]), "scale", 0.125);
+        let mut shape = Vec::new();
+        put_bytes(&mut shape, 1, &[4]); // dims [4], packed
+        put_varint_field(&mut shape, 2, 7); // INT64
+        put_bytes(&mut shape, 8, b"shape");
+        let raw: Vec<u8> = [0i64, 0, -1, 32]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        put_bytes(&mut shape, 9, &raw);
+        let m = model(&[softmax, mha], &[shape]);
+        let g = Graph::parse(&m).expect("graph");
+        assert_eq!(g.attr_int(0, "axis"), Some(-1));
+        assert_eq!(g.attr_int(0, "perm"), None);
+        assert_eq!(g.attr_int(1, "scale"), None, "a float is not an int");
+        assert_eq!(g.inits["shape"].1.ints(), Some(vec![0, 0, -1, 32]));
+        assert_eq!(g.inits["shape"].1.scalar(), None);
+    }
+
+    #[test]
+    fn a_softmax_outside_an_attention_is_left_alone() {
+        // Softmax of a plain input: no scores, no mask, no fusion.
+        let m = model(
+            &[
+                n("Softmax", &["s"], &["p"]),
+                n("MatMul", &["p", "v"], &["o"]),
+            ],
+            &[],
+        );
+        let (out, done) = simplify(&m).expect("simplify");
+        assert_eq!(done, Simplified::default());
+        assert_eq!(out, m);
     }
 }

@@ -107,6 +107,7 @@ impl OnnxEmbedder {
         let bytes = std::fs::read(&model).map_err(|e| file_err(&model, e))?;
         let (bytes, simplified) = simplify(&bytes).map_err(|e| file_err(&model, e))?;
         tracing::info!(
+            attentions = simplified.attentions,
             nan_guards = simplified.nan_guards,
             gelus = simplified.gelus,
             "embedding graph simplified"

@@ -129,7 +129,15 @@ pub(crate) const NODE_IN: u64 = 1;
 pub(crate) const NODE_OUT: u64 = 2;
 pub(crate) const NODE_NAME: u64 = 3;
 pub(crate) const NODE_OP: u64 = 4;
+pub(crate) const NODE_ATTR: u64 = 5;
 pub(crate) const NODE_DOMAIN: u64 = 7;
+pub(crate) const GRAPH_INPUT: u64 = 11;
+pub(crate) const GRAPH_OUTPUT: u64 = 12;
+const ATTR_NAME: u64 = 1;
+const ATTR_F: u64 = 2;
+const ATTR_I: u64 = 3;
+const ATTR_INTS: u64 = 8;
+const ATTR_TYPE: u64 = 20;
 pub(crate) const TENSOR_DIMS: u64 = 1;
 pub(crate) const TENSOR_TYPE: u64 = 2;
 pub(crate) const TENSOR_NAME: u64 = 8;
@@ -204,7 +212,47 @@ pub(crate) fn with_dims(t: &Tensor<'_>, dims: &[u64]) -> Vec<u8> {
 const TENSOR_FLOAT_DATA: u64 = 4;
 const TENSOR_RAW_DATA: u64 = 9;
 
+const TENSOR_INT64_DATA: u64 = 7;
+const INT64: u64 = 7;
+
+/// The varints of a repeated int64 field, packed or not.
+fn varints(fields: &[Field<'_>], num: u64) -> Option<Vec<i64>> {
+    let mut out = Vec::new();
+    for f in fields.iter().filter(|f| f.num == num) {
+        match f.value {
+            Value::Varint(v) => out.push(v as i64),
+            Value::Bytes(b) => {
+                let mut p = 0;
+                while p < b.len() {
+                    out.push(read_varint(b, &mut p).ok()? as i64);
+                }
+            }
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
 impl Tensor<'_> {
+    /// The values of an int64 tensor.
+    pub fn ints(&self) -> Option<Vec<i64>> {
+        if self.dtype != INT64 {
+            return None;
+        }
+        let raw = self.fields.iter().find_map(|f| match (f.num, &f.value) {
+            (TENSOR_RAW_DATA, Value::Bytes(b)) => Some(*b),
+            _ => None,
+        });
+        let v = match raw {
+            Some(b) => b
+                .chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().unwrap_or_default()))
+                .collect(),
+            None => varints(&self.fields, TENSOR_INT64_DATA)?,
+        };
+        (v.len() as u64 == self.dims.iter().product::<u64>()).then_some(v)
+    }
+
     /// The value of a one-element float tensor.
     pub fn scalar(&self) -> Option<f32> {
         if self.dtype != FLOAT || self.dims.iter().product::<u64>() != 1 {
@@ -217,6 +265,10 @@ impl Tensor<'_> {
             _ => None,
         })
     }
+}
+
+fn own(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| (*s).to_owned()).collect()
 }
 
 /// A node's wire bytes.
@@ -244,6 +296,33 @@ pub(crate) fn node_bytes(
     out
 }
 
+/// `node` (wire bytes) with an int attribute added.
+pub(crate) fn with_int_attr(mut node: Vec<u8>, name: &str, v: i64) -> Vec<u8> {
+    let mut a = Vec::new();
+    put_bytes(&mut a, ATTR_NAME, name.as_bytes());
+    put_varint_field(&mut a, ATTR_I, v as u64);
+    put_varint_field(&mut a, ATTR_TYPE, 2); // INT
+    put_bytes(&mut node, NODE_ATTR, &a);
+    node
+}
+
+/// `node` (wire bytes) with a float attribute added.
+pub(crate) fn with_float_attr(mut node: Vec<u8>, name: &str, v: f32) -> Vec<u8> {
+    let mut a = Vec::new();
+    put_bytes(&mut a, ATTR_NAME, name.as_bytes());
+    let bytes = v.to_le_bytes();
+    put_field(
+        &mut a,
+        &Field {
+            num: ATTR_F,
+            value: Value::Fixed32(&bytes),
+        },
+    );
+    put_varint_field(&mut a, ATTR_TYPE, 1); // FLOAT
+    put_bytes(&mut node, NODE_ATTR, &a);
+    node
+}
+
 /// A parsed model graph and the edits a rewrite makes to it.
 pub(crate) struct Graph<'a> {
     model: &'a [u8],
@@ -259,6 +338,8 @@ pub(crate) struct Graph<'a> {
     pub consumers: HashMap<&'a str, Vec<usize>>,
     /// Graph field index → replacement bytes (None: drop the field).
     edits: HashMap<usize, Option<Vec<u8>>>,
+    /// Graph field index → new nodes written just before that field.
+    inserted: HashMap<usize, Vec<Vec<u8>>>,
     contrib: bool,
 }
 
@@ -304,6 +385,7 @@ impl<'a> Graph<'a> {
             producer,
             consumers,
             edits: HashMap::new(),
+            inserted: HashMap::new(),
             contrib: false,
         })
     }
@@ -351,6 +433,118 @@ impl<'a> Graph<'a> {
         self.edits.insert(self.nodes[k].0, None);
     }
 
+    /// Adds a node just before node `k` (which may itself be replaced).
+    pub fn insert_before(&mut self, k: usize, bytes: Vec<u8>, contrib: bool) {
+        self.inserted
+            .entry(self.nodes[k].0)
+            .or_default()
+            .push(bytes);
+        self.contrib |= contrib;
+    }
+
+    /// The attributes of node `k`, as fields, by name.
+    fn attr(&self, k: usize, name: &str) -> Option<Vec<Field<'a>>> {
+        let Value::Bytes(b) = self.fields[self.nodes[k].0].value else {
+            return None;
+        };
+        let node = parse(b).ok()?;
+        node.iter()
+            .filter(|f| f.num == NODE_ATTR)
+            .filter_map(|f| match f.value {
+                Value::Bytes(a) => parse(a).ok(),
+                _ => None,
+            })
+            .find(|a| strings(a, ATTR_NAME).first() == Some(&name))
+    }
+
+    /// Int attribute `name` of node `k`.
+    pub fn attr_int(&self, k: usize, name: &str) -> Option<i64> {
+        self.attr(k, name)?
+            .iter()
+            .find_map(|f| match (f.num, &f.value) {
+                (ATTR_I, Value::Varint(v)) => Some(*v as i64),
+                _ => None,
+            })
+    }
+
+    /// Ints attribute `name` of node `k`.
+    pub fn attr_ints(&self, k: usize, name: &str) -> Option<Vec<i64>> {
+        varints(&self.attr(k, name)?, ATTR_INTS)
+    }
+
+    /// The names of the graph's inputs or outputs (`GRAPH_INPUT`,
+    /// `GRAPH_OUTPUT`).
+    fn value_names(&self, num: u64) -> Vec<&'a str> {
+        self.fields
+            .iter()
+            .filter(|f| f.num == num)
+            .filter_map(|f| match f.value {
+                Value::Bytes(b) => parse(b).ok(),
+                _ => None,
+            })
+            .filter_map(|v| strings(&v, 1).first().copied())
+            .collect()
+    }
+
+    /// Drops every node that no graph output depends on (after the edits so
+    /// far); returns how many were dropped, or the first value a remaining
+    /// node reads that nothing provides any more.
+    pub fn prune(&mut self) -> Result<usize, String> {
+        // The nodes as they will be written: (field index, inputs, outputs).
+        let mut live_nodes: Vec<(Option<usize>, Vec<String>, Vec<String>)> = Vec::new();
+        for (field, n) in &self.nodes {
+            for b in self.inserted.get(field).into_iter().flatten() {
+                if let Ok(n) = node(b) {
+                    live_nodes.push((None, own(&n.inputs), own(&n.outputs)));
+                }
+            }
+            match self.edits.get(field) {
+                None => live_nodes.push((Some(*field), own(&n.inputs), own(&n.outputs))),
+                Some(Some(b)) => {
+                    let e = node(b)?;
+                    live_nodes.push((Some(*field), own(&e.inputs), own(&e.outputs)));
+                }
+                Some(None) => {}
+            }
+        }
+        let producer: HashMap<&str, usize> = live_nodes
+            .iter()
+            .enumerate()
+            .flat_map(|(i, (_, _, outs))| outs.iter().map(move |o| (o.as_str(), i)))
+            .collect();
+        let mut want: Vec<&str> = self.value_names(GRAPH_OUTPUT);
+        let mut live = vec![false; live_nodes.len()];
+        while let Some(v) = want.pop() {
+            if let Some(&i) = producer.get(v)
+                && !live[i]
+            {
+                live[i] = true;
+                want.extend(live_nodes[i].1.iter().map(String::as_str));
+            }
+        }
+        let inputs: Vec<&str> = self.value_names(GRAPH_INPUT);
+        for ((_, ins, _), _) in live_nodes.iter().zip(&live).filter(|(_, l)| **l) {
+            let provided = |i: &str| {
+                i.is_empty()
+                    || producer.contains_key(i)
+                    || self.inits.contains_key(i)
+                    || inputs.contains(&i)
+            };
+            if let Some(missing) = ins.iter().find(|i| !provided(i)) {
+                return Err(format!("nothing computes {missing}"));
+            }
+        }
+        let dead: Vec<usize> = live_nodes
+            .iter()
+            .zip(&live)
+            .filter_map(|((field, _, _), &l)| if l { None } else { *field })
+            .collect();
+        for &field in &dead {
+            self.edits.insert(field, None);
+        }
+        Ok(dead.len())
+    }
+
     pub fn replace_init(&mut self, name: &str, bytes: Vec<u8>) {
         if let Some((field, _)) = self.inits.get(name) {
             self.edits.insert(*field, Some(bytes));
@@ -359,11 +553,14 @@ impl<'a> Graph<'a> {
 
     /// The edited model (the input unchanged when nothing was edited).
     pub fn finish(self) -> Vec<u8> {
-        if self.edits.is_empty() {
+        if self.edits.is_empty() && self.inserted.is_empty() {
             return self.model.to_vec();
         }
         let mut graph = Vec::new();
         for (i, f) in self.fields.iter().enumerate() {
+            for b in self.inserted.get(&i).into_iter().flatten() {
+                put_bytes(&mut graph, GRAPH_NODE, b);
+            }
             match self.edits.get(&i) {
                 None => put_field(&mut graph, f),
                 Some(None) => {}

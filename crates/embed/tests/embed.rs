@@ -274,8 +274,9 @@ fn the_setup_model_rewrites_to_int8_matrix_products() {
     assert!(embedder().passage_int8());
 }
 
-/// The setup model's six softmax NaN guards and six erf GELUs are
-/// simplified, and a second pass finds nothing left.
+/// The setup model's six attention subgraphs (with their softmax NaN
+/// guards) and six erf GELUs are simplified, and a second pass finds
+/// nothing left.
 #[test]
 fn the_setup_model_simplifies_its_attention_and_gelus() {
     let bytes = std::fs::read(cache().join("models/all-minilm-l6-v2/model.onnx")).expect("model");
@@ -283,7 +284,8 @@ fn the_setup_model_simplifies_its_attention_and_gelus() {
     assert_eq!(
         done,
         ragtime_embed::Simplified {
-            nan_guards: 6,
+            attentions: 6,
+            nan_guards: 0,
             gelus: 6
         }
     );
@@ -402,5 +404,68 @@ async fn the_service_keeps_queries_and_passages_apart() {
     assert!(
         passage_vs_fp32 < 0.9999,
         "every passage got the fp32 query vector"
+    );
+}
+
+/// The simplified graph computes what the exported one does: the hidden
+/// states of every real token match (within float rounding) on a padded
+/// batch of texts of different lengths, so masking, scale and head layout
+/// of the fused attention are right.
+#[test]
+fn the_simplified_graph_computes_the_same_hidden_states() {
+    use ragtime_embed::{BertBatch, load_session_from_memory};
+    let c = cache();
+    let path = c.join("models/all-minilm-l6-v2/model.onnx");
+    let lib = c.join("onnxruntime/libonnxruntime.so.1.31.1");
+    let bytes = std::fs::read(&path).expect("model");
+    let (fused, done) = ragtime_embed::simplify(&bytes).expect("simplify");
+    assert_eq!(done.attentions, 6);
+    let mut tok =
+        tokenizers::Tokenizer::from_file(c.join("models/all-minilm-l6-v2/tokenizer.json"))
+            .expect("tokenizer");
+    tok.with_padding(None);
+    tok.with_truncation(None).expect("no truncation");
+    let texts = [
+        "a",
+        "Aspirin lowers the risk of a second heart attack in adults.",
+        "The mitochondria is the powerhouse of the cell, and it has its own DNA, which is \
+         inherited from the mother in most animals including humans and mice.",
+    ];
+    let enc = tok.encode_batch(texts.to_vec(), true).expect("encode");
+    let batch = BertBatch::padded(&enc.iter().collect::<Vec<_>>());
+    let hidden = |model: &[u8]| -> Vec<f32> {
+        let mut s = load_session_from_memory(&lib, &path, model, 1).expect("session");
+        let out = s
+            .run(ort::inputs![
+                "input_ids" => batch.tensor(&batch.ids).expect("ids"),
+                "attention_mask" => batch.tensor(&batch.mask).expect("mask"),
+                "token_type_ids" => batch.tensor(&batch.types).expect("types"),
+            ])
+            .expect("run");
+        let h = out["last_hidden_state"]
+            .try_extract_array::<f32>()
+            .expect("f32");
+        h.iter().copied().collect()
+    };
+    let (a, b) = (hidden(&bytes), hidden(&fused));
+    assert_eq!(a.len(), b.len());
+    let dim = a.len() / batch.mask.len();
+    let mut compared = 0;
+    for (t, &m) in batch.mask.iter().enumerate() {
+        if m == 0 {
+            continue;
+        }
+        for d in 0..dim {
+            let (x, y) = (a[t * dim + d], b[t * dim + d]);
+            assert!(
+                (x - y).abs() <= 1e-4 * x.abs().max(1.0),
+                "token {t} dim {d}: {x} vs {y}"
+            );
+            compared += 1;
+        }
+    }
+    assert!(
+        compared > 40 * dim,
+        "the batch holds texts of different lengths"
     );
 }
