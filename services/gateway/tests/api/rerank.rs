@@ -124,6 +124,12 @@ async fn a_zero_rerank_budget_skips_and_a_small_one_is_partial() {
         .await;
         let r = stage(&b, "rerank").clone();
         let outcome = r["outcome"].as_str().unwrap_or_default().to_owned();
+        if b["results"].as_array().is_none_or(Vec::is_empty) {
+            // On a loaded machine the scaled-down embed and retrieve budgets
+            // can leave nothing to rerank: no evidence either way.
+            seen.push((budget_ms, json!("nothing retrieved")));
+            continue;
+        }
         assert_ne!(
             outcome, "ok",
             "all 20 scored where less time scored none: {seen:?} {b}"
