@@ -135,14 +135,14 @@ fn gelus(g: &mut Graph<'_>) -> usize {
 /// Follows `value` up through `Reshape` and `Transpose` nodes read by
 /// nothing else; returns the value they start from, the nodes passed and
 /// the first `Reshape` (the one reading that value).
-fn up_through_views<'a>(g: &Graph<'a>, mut value: &'a str) -> Option<(String, Vec<usize>, usize)> {
+fn up_through_views<'a>(g: &Graph<'a>, mut value: &'a str) -> Option<(&'a str, Vec<usize>, usize)> {
     let mut passed = Vec::new();
     loop {
         let k = *g.producer.get(value)?;
         let n = g.node(k);
         if !matches!(n.op, "Reshape" | "Transpose") || g.edited(k) || !only_shape_reads(g, value) {
             let first = *passed.last()?;
-            return (g.node(first).op == "Reshape").then(|| (value.to_owned(), passed, first));
+            return (g.node(first).op == "Reshape").then_some((value, passed, first));
         }
         passed.push(k);
         value = n.inputs.first()?;
@@ -338,11 +338,11 @@ fn attention_at(g: &Graph<'_>, sm: usize) -> Option<(Vec<usize>, usize, Vec<u8>)
     }
     let last = g.only_consumer(g.node(back).outputs.first()?, "Reshape")?;
     let out = *g.node(last).outputs.first()?;
-    let width = projection_width(g, &q)?;
+    let width = projection_width(g, q)?;
     let head = head_size(g, q_reshape)?;
     if width % head != 0
-        || projection_width(g, &k) != Some(width)
-        || projection_width(g, &v) != Some(width)
+        || projection_width(g, k) != Some(width)
+        || projection_width(g, v) != Some(width)
     {
         return None;
     }
@@ -352,7 +352,7 @@ fn attention_at(g: &Graph<'_>, sm: usize) -> Option<(Vec<usize>, usize, Vec<u8>)
         g.node(sm).name,
         "MultiHeadAttention",
         Some("com.microsoft"),
-        &[&q, &k, &v, "", MASK_I32],
+        &[q, k, v, "", MASK_I32],
         &[out],
     );
     let node = with_int_attr(node, "num_heads", i64::try_from(width / head).ok()?);
@@ -505,8 +505,12 @@ mod tests {
             "y",
         );
         let mut g = Graph::parse(&m).expect("graph");
-        assert_eq!(g.prune(), Ok(1));
-        assert_eq!(ops(&g.finish()), ["Relu(x)", "Relu(h)"]);
+        // An inserted node nothing reads goes too.
+        g.insert_before(2, n("Neg", &["x"], &["unread"]), false);
+        g.insert_before(2, n("Neg", &["h"], &["g"]), false);
+        g.replace_node(2, n("Relu", &["g"], &["y"]), false);
+        assert_eq!(g.prune(), Ok(2));
+        assert_eq!(ops(&g.finish()), ["Relu(x)", "Neg(h)", "Relu(g)"]);
     }
 
     #[test]

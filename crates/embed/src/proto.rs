@@ -169,21 +169,14 @@ pub(crate) struct Tensor<'a> {
 
 pub(crate) fn tensor<'a>(bytes: &'a [u8]) -> Result<(&'a str, Tensor<'a>), String> {
     let fields = parse(bytes)?;
-    let mut dims = Vec::new();
-    let mut dtype = 0;
-    for f in &fields {
-        match (f.num, &f.value) {
-            (TENSOR_DIMS, Value::Varint(v)) => dims.push(*v),
-            (TENSOR_DIMS, Value::Bytes(packed)) => {
-                let mut p = 0;
-                while p < packed.len() {
-                    dims.push(read_varint(packed, &mut p)?);
-                }
-            }
-            (TENSOR_TYPE, Value::Varint(v)) => dtype = *v,
-            _ => {}
-        }
-    }
+    let dims = varints(&fields, TENSOR_DIMS)?;
+    let dtype = fields
+        .iter()
+        .find_map(|f| match (f.num, &f.value) {
+            (TENSOR_TYPE, Value::Varint(v)) => Some(*v),
+            _ => None,
+        })
+        .unwrap_or(0);
     let name = strings(&fields, TENSOR_NAME).first().copied().unwrap_or("");
     Ok((
         name,
@@ -215,22 +208,29 @@ const TENSOR_RAW_DATA: u64 = 9;
 const TENSOR_INT64_DATA: u64 = 7;
 const INT64: u64 = 7;
 
-/// The varints of a repeated int64 field, packed or not.
-fn varints(fields: &[Field<'_>], num: u64) -> Option<Vec<i64>> {
+/// The values of a repeated varint field (tensor dims, int64 data, ints
+/// attributes), packed or not.
+fn varints(fields: &[Field<'_>], num: u64) -> Result<Vec<u64>, String> {
     let mut out = Vec::new();
     for f in fields.iter().filter(|f| f.num == num) {
         match f.value {
-            Value::Varint(v) => out.push(v as i64),
-            Value::Bytes(b) => {
+            Value::Varint(v) => out.push(v),
+            Value::Bytes(packed) => {
                 let mut p = 0;
-                while p < b.len() {
-                    out.push(read_varint(b, &mut p).ok()? as i64);
+                while p < packed.len() {
+                    out.push(read_varint(packed, &mut p)?);
                 }
             }
-            _ => return None,
+            _ => {}
         }
     }
-    Some(out)
+    Ok(out)
+}
+
+/// [`varints`] read as signed int64 values.
+fn int64s(fields: &[Field<'_>], num: u64) -> Option<Vec<i64>> {
+    let v = varints(fields, num).ok()?;
+    Some(v.into_iter().map(|x| x as i64).collect())
 }
 
 impl Tensor<'_> {
@@ -248,7 +248,7 @@ impl Tensor<'_> {
                 .chunks_exact(8)
                 .map(|c| i64::from_le_bytes(c.try_into().unwrap_or_default()))
                 .collect(),
-            None => varints(&self.fields, TENSOR_INT64_DATA)?,
+            None => int64s(&self.fields, TENSOR_INT64_DATA)?,
         };
         (v.len() as u64 == self.dims.iter().product::<u64>()).then_some(v)
     }
@@ -266,6 +266,10 @@ impl Tensor<'_> {
         })
     }
 }
+
+/// Where a node of an edited graph comes from: its graph field, and
+/// which of the nodes inserted before that field it is (None: the field).
+type Origin = (usize, Option<usize>);
 
 fn own(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| (*s).to_owned()).collect()
@@ -469,7 +473,7 @@ impl<'a> Graph<'a> {
 
     /// Ints attribute `name` of node `k`.
     pub fn attr_ints(&self, k: usize, name: &str) -> Option<Vec<i64>> {
-        varints(&self.attr(k, name)?, ATTR_INTS)
+        int64s(&self.attr(k, name)?, ATTR_INTS)
     }
 
     /// The names of the graph's inputs or outputs (`GRAPH_INPUT`,
@@ -490,19 +494,19 @@ impl<'a> Graph<'a> {
     /// far); returns how many were dropped, or the first value a remaining
     /// node reads that nothing provides any more.
     pub fn prune(&mut self) -> Result<usize, String> {
-        // The nodes as they will be written: (field index, inputs, outputs).
-        let mut live_nodes: Vec<(Option<usize>, Vec<String>, Vec<String>)> = Vec::new();
+        // The nodes as they will be written: (where it comes from: a graph
+        // field, or the i-th node inserted before one; inputs; outputs).
+        let mut live_nodes: Vec<(Origin, Vec<String>, Vec<String>)> = Vec::new();
         for (field, n) in &self.nodes {
-            for b in self.inserted.get(field).into_iter().flatten() {
-                if let Ok(n) = node(b) {
-                    live_nodes.push((None, own(&n.inputs), own(&n.outputs)));
-                }
+            for (i, b) in self.inserted.get(field).into_iter().flatten().enumerate() {
+                let n = node(b)?;
+                live_nodes.push(((*field, Some(i)), own(&n.inputs), own(&n.outputs)));
             }
             match self.edits.get(field) {
-                None => live_nodes.push((Some(*field), own(&n.inputs), own(&n.outputs))),
+                None => live_nodes.push(((*field, None), own(&n.inputs), own(&n.outputs))),
                 Some(Some(b)) => {
                     let e = node(b)?;
-                    live_nodes.push((Some(*field), own(&e.inputs), own(&e.outputs)));
+                    live_nodes.push(((*field, None), own(&e.inputs), own(&e.outputs)));
                 }
                 Some(None) => {}
             }
@@ -534,13 +538,21 @@ impl<'a> Graph<'a> {
                 return Err(format!("nothing computes {missing}"));
             }
         }
-        let dead: Vec<usize> = live_nodes
+        let dead: Vec<Origin> = live_nodes
             .iter()
             .zip(&live)
-            .filter_map(|((field, _, _), &l)| if l { None } else { *field })
+            .filter_map(|((at, _, _), &l)| (!l).then_some(*at))
             .collect();
-        for &field in &dead {
-            self.edits.insert(field, None);
+        // Inserted nodes last first, so the indices still point right.
+        for &(field, inserted) in dead.iter().rev() {
+            match inserted {
+                None => {
+                    self.edits.insert(field, None);
+                }
+                Some(i) => {
+                    self.inserted.get_mut(&field).map(|v| v.remove(i));
+                }
+            }
         }
         Ok(dead.len())
     }
