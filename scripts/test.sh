@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
-# Runs every test in the workspace. PostgreSQL tests run against
-# RAGTIME_TEST_DATABASE_URL when it is set (CI sets it); otherwise they say
-# they did not run, and this script says so again at the end.
+# Runs every test in the workspace. Tests that need something outside the
+# repository are #[ignore = "needs …"] and named needs_<group>_…; this
+# script runs them (--include-ignored) wherever their resource is found and
+# skips each missing group by name, listing it at the end:
+#
+#   needs_postgres       PostgreSQL at RAGTIME_TEST_DATABASE_URL (CI sets it)
+#   needs_shared         ../shared beside the clone: the cross-encoder, SciFact
+#   needs_openai_client  the official openai Python client (installed here)
+#   needs_chromium       Debian's chromium + playwright-core (installed here)
+#
+# With RAGTIME_TEST_REQUIRE_ALL=1 (CI), a missing group fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,12 +18,14 @@ if ! command -v cargo >/dev/null 2>&1; then
   exit 1
 fi
 
-# The trained cross-encoder for the rerank tests is not on any registry; it
-# sits in ../shared beside the clone (as in CI). Without it those tests say
-# they did not run.
-ce="$(cd .. && pwd)/shared/models/ce-minilm-l6"
-if [ -z "${RAGTIME_TEST_RERANK_DIR:-}" ] && [ -f "$ce/tokenizer.json" ]; then
-  export RAGTIME_TEST_RERANK_DIR="$ce"
+# The trained cross-encoder and SciFact are on no registry; they sit in
+# ../shared beside the clone (as in CI).
+shared="$(cd .. && pwd)/shared"
+if [ -z "${RAGTIME_TEST_RERANK_DIR:-}" ] && [ -f "$shared/models/ce-minilm-l6/tokenizer.json" ]; then
+  export RAGTIME_TEST_RERANK_DIR="$shared/models/ce-minilm-l6"
+fi
+if [ -z "${RAGTIME_SCIFACT:-}" ] && [ -f "$shared/data/scifact/corpus.jsonl.gz" ]; then
+  export RAGTIME_SCIFACT="$shared/data/scifact"
 fi
 
 # The official OpenAI Python client for the end-to-end chat test, pinned,
@@ -56,23 +66,33 @@ if command -v chromium >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
   fi
 fi
 
-status=0
-cargo test --workspace --locked "$@" || status=$?
+skip=()
+missing=()
+group() { # name, description, set?
+  if [ "$3" != 1 ]; then
+    skip+=(--skip "needs_$1")
+    missing+=("needs_$1: $2")
+  fi
+}
+group postgres "PostgreSQL (set RAGTIME_TEST_DATABASE_URL, e.g. postgres://postgres@127.0.0.1:5432/test)" \
+  "$([ -n "${RAGTIME_TEST_DATABASE_URL:-}" ] && echo 1)"
+group shared "../shared beside the clone (the cross-encoder and SciFact)" \
+  "$([ -n "${RAGTIME_TEST_RERANK_DIR:-}" ] && [ -n "${RAGTIME_SCIFACT:-}" ] && echo 1)"
+group openai_client "the openai Python client (pip could not install it)" \
+  "$([ -n "${RAGTIME_TEST_PYTHONPATH:-}" ] && echo 1)"
+group chromium "chromium and npm (install them, or run as root with apt-get)" \
+  "$([ -n "${RAGTIME_TEST_NODE_PATH:-}" ] && echo 1)"
 
-if [ -z "${RAGTIME_TEST_DATABASE_URL:-}" ]; then
+status=0
+cargo test --workspace --locked "$@" -- --include-ignored "${skip[@]}" || status=$?
+
+if [ ${#missing[@]} -gt 0 ]; then
   echo
-  echo "NOTE: RAGTIME_TEST_DATABASE_URL is not set, so the PostgreSQL tests did not run."
-  echo "      Point it at a server to run them, e.g."
-  echo "      RAGTIME_TEST_DATABASE_URL=postgres://postgres@127.0.0.1:5432/test make test"
-fi
-if [ -z "${RAGTIME_TEST_NODE_PATH:-}" ]; then
-  echo
-  echo "NOTE: no chromium/npm (install chromium and npm, or run as root with apt-get),"
-  echo "      so the admin page's browser test did not run."
-fi
-if [ -z "${RAGTIME_TEST_RERANK_DIR:-}" ]; then
-  echo
-  echo "NOTE: no cross-encoder at ../shared/models/ce-minilm-l6 and RAGTIME_TEST_RERANK_DIR is not set,"
-  echo "      so the reranking tests did not run."
+  echo "NOT RUN: these groups of tests did not run, for want of what they need:"
+  printf '  %s\n' "${missing[@]}"
+  if [ "${RAGTIME_TEST_REQUIRE_ALL:-0}" = 1 ]; then
+    echo "test: RAGTIME_TEST_REQUIRE_ALL=1 (CI) and a group could not run: failing" >&2
+    status=1
+  fi
 fi
 exit $status

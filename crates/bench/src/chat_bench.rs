@@ -5,15 +5,22 @@
 //! total time for fresh questions, then the latency of the same questions
 //! answered from the semantic cache.
 
+use crate::Rag;
 use crate::data::SciFact;
 use crate::stats::pct;
 use crate::{cache, env_usize};
 use ragtime_cache::CacheOptions;
+use ragtime_cache::SemanticCache;
 use ragtime_core::Filter;
-use ragtime_llm::{BackendStats, LlmClient, LocalServer, LocalServerOptions};
-use ragtime_pipeline::chat::{AnswerCache, CHAT_PLAN, ChatDeps, ChatInput, chat};
-use ragtime_pipeline::rag::Rag;
+use ragtime_core::{CachedAnswer, Scope};
+use ragtime_llm::{LlmClient, LocalServer, LocalServerOptions};
+use ragtime_pipeline::backend::breaker::Breaker;
+use ragtime_pipeline::backend::{Backend, BackendSpec, Backends, HedgePolicy};
+use ragtime_pipeline::chat::{self, CHAT_PLAN, ChatDeps, ChatInput};
+use ragtime_pipeline::load::Levels;
+use ragtime_pipeline::stages::IndexRetriever;
 use ragtime_pipeline::{BudgetProfile, RequestBudget};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub async fn chat_bench(rag: &Rag, data: &SciFact) {
@@ -21,8 +28,8 @@ pub async fn chat_bench(rag: &Rag, data: &SciFact) {
     let questions = env_usize("BENCH_CHAT_QUESTIONS", 40);
     let n = docs.min(data.corpus.len());
     let part = crate::as_docs(&data.corpus[..n]);
-    rag.ingest("chat", part).await.expect("ingest");
-    let index = rag.collection("chat").await.expect("collection");
+    rag.corpus.ingest("chat", part).await.expect("ingest");
+    let index = rag.corpus.collection("chat").await.expect("collection");
     let in_corpus: std::collections::HashSet<&str> = data
         .corpus
         .iter()
@@ -58,14 +65,25 @@ pub async fn chat_bench(rag: &Rag, data: &SciFact) {
         "llama-server never became healthy"
     );
     let llm = LlmClient::new(&server.base_url(), None);
-    let stats = BackendStats::default();
-    let answers = AnswerCache::new(CacheOptions::default());
+    let spec = BackendSpec {
+        name: server.base_url(),
+        model: "smollm2-135m-instruct".into(),
+        slots: 1,
+        max_queue: 8,
+        weight: 1.0,
+        context_tokens: 4096,
+    };
+    let backend = Backend::new(spec, Arc::new(llm), Breaker::new(3, Duration::from_secs(5)));
+    let backends = Backends::new(vec![backend.clone()], HedgePolicy::default());
+    let levels = Levels(Vec::new());
+    let answers: SemanticCache<CachedAnswer> = SemanticCache::new(CacheOptions::default());
+    let retriever = IndexRetriever(index);
     let deps = ChatDeps {
-        embedder: &rag.embedder,
-        index: &index,
+        embedder: rag.svc.as_ref(),
+        retriever: &retriever,
         reranker: None,
-        llm: &llm,
-        stats: &stats,
+        backends: &backends,
+        levels: &levels,
         cache: Some(&answers),
     };
     let profile = BudgetProfile::cpu();
@@ -74,18 +92,17 @@ pub async fn chat_bench(rag: &Rag, data: &SciFact) {
         history: Vec::new(),
         top_k: 5,
         filter: Filter::All,
-        scope: ragtime_cache::Scope {
+        scope: Scope {
             tenant: String::new(),
             collection: "chat".into(),
             filter: String::new(),
-            version: u64::try_from(rag.version()).unwrap_or(0),
+            version: u64::try_from(rag.corpus.version()).unwrap_or(0),
         },
-        model: "smollm2-135m-instruct".into(),
         max_tokens: Some(64),
         temperature: Some(0.0),
         top_p: None,
         traceparent: None,
-        context_tokens: 4096,
+        priority: 0,
     };
 
     let (mut ttft, mut total, mut partial) = (Vec::new(), Vec::new(), 0usize);
@@ -94,7 +111,7 @@ pub async fn chat_bench(rag: &Rag, data: &SciFact) {
         let drain = tokio::spawn(async move { while rx.recv().await.is_some() {} });
         let budget = RequestBudget::start(&profile, &CHAT_PLAN, None);
         let t = Instant::now();
-        let a = chat(&budget, &deps, &ask(q), &tx).await;
+        let a = chat::run(&budget, &deps, &ask(q), &tx).await;
         total.push(t.elapsed());
         drop(tx);
         let _ = drain.await;
@@ -103,7 +120,7 @@ pub async fn chat_bench(rag: &Rag, data: &SciFact) {
         }
         partial += usize::from(a.partial);
     }
-    let est = stats.estimates();
+    let est = backend.stats.estimates();
     println!(
         "\n## chat end to end (local llama-server, SmolLM2-135M Q4_1, {threads} threads; {} SciFact questions over {docs} documents, top 5 passages, max_tokens 64, CPU budgets)",
         asked.len()
@@ -131,7 +148,7 @@ pub async fn chat_bench(rag: &Rag, data: &SciFact) {
         let drain = tokio::spawn(async move { while rx.recv().await.is_some() {} });
         let budget = RequestBudget::start(&profile, &CHAT_PLAN, None);
         let t = Instant::now();
-        let a = chat(&budget, &deps, &ask(q), &tx).await;
+        let a = chat::run(&budget, &deps, &ask(q), &tx).await;
         let e = t.elapsed();
         drop(tx);
         let _ = drain.await;

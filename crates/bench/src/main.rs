@@ -9,6 +9,8 @@
 //!   cache-hit latency (see `chat_bench`; not part of `all`).
 //! - `cache`: semantic-cache hit and false-hit rates on the Quora pairs
 //!   (see `cache_bench`).
+//! - `load`, `hedge`, `kill`: the chat path under load, with hedging, and
+//!   with a backend killed (see `load`; not part of `all`).
 //!
 //! - `scifact`: ingests the BEIR SciFact corpus (`../shared/data/scifact`,
 //!   or `RAGTIME_SCIFACT`), reports ingest throughput, and nDCG@10 on the
@@ -21,16 +23,18 @@
 mod cache_bench;
 mod chat_bench;
 mod data;
+mod load;
 mod rerank_bench;
 mod stats;
 
 use data::{SciFact, load_scifact};
 use ragtime_core::{Cancel, Filter};
 use ragtime_embed::{EmbedService, EmbedderOptions, OnnxEmbedder, ServiceOptions};
-use ragtime_pipeline::rag::{ChunkParams, IngestDoc, Rag};
-use ragtime_pipeline::search::{Mode, SEARCH_PLAN, SearchRequest, search};
+use ragtime_pipeline::corpus::{ChunkParams, Corpus, IngestDoc};
+use ragtime_pipeline::search::{self, Mode, SEARCH_PLAN, SearchDeps, SearchOutcome, SearchRequest};
+use ragtime_pipeline::stages::IndexRetriever;
 use ragtime_pipeline::{BudgetProfile, RequestBudget};
-use ragtime_retrieve::{ChunkEntry, CollectionIndex, DenseParams};
+use ragtime_retrieve::{Chunk, CollectionIndex, DenseParams};
 use ragtime_store::Store;
 use stats::{Rng, ndcg_at_10, pct};
 use std::collections::{HashMap, HashSet};
@@ -94,6 +98,14 @@ async fn main() {
     let data = load_scifact();
     if what == "embed" {
         embed_only(&data).await;
+        return;
+    }
+    if what == "load" || what == "hedge" || what == "kill" {
+        match what.as_str() {
+            "load" => load::load(&data).await,
+            "hedge" => load::hedge(&data).await,
+            _ => load::kill(&data).await,
+        }
         return;
     }
     if what == "chat" {
@@ -179,6 +191,28 @@ fn as_docs(corpus: &[(String, String, String)]) -> Vec<IngestDoc> {
         .collect()
 }
 
+/// The corpus and the embedding service behind it.
+pub struct Rag {
+    pub corpus: Corpus,
+    pub svc: Arc<EmbedService>,
+}
+
+/// A search through the pipeline's search step (no reranking).
+pub async fn search(
+    budget: &RequestBudget,
+    svc: &Arc<EmbedService>,
+    index: &Arc<CollectionIndex>,
+    req: &SearchRequest,
+) -> SearchOutcome {
+    let retriever = IndexRetriever(index.clone());
+    let deps = SearchDeps {
+        embedder: svc.as_ref(),
+        retriever: &retriever,
+        reranker: None,
+    };
+    search::run(budget, &deps, req).await
+}
+
 /// A fresh engine on a temporary SQLite store.
 async fn new_rag() -> (Rag, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -191,22 +225,25 @@ async fn new_rag() -> (Rag, tempfile::TempDir) {
         env_usize("BENCH_CHUNK", 128),
         env_usize("BENCH_OVERLAP", 24),
     );
-    let svc = EmbedService::new(
-        load_model(threads),
+    let model = load_model(threads);
+    let chunker = model.chunker(max_tokens, overlap);
+    let svc = Arc::new(EmbedService::new(
+        model,
         ServiceOptions {
             workers,
             ..ServiceOptions::default()
         },
-    );
-    let rag = Rag::new(
+    ));
+    let corpus = Corpus::new(
         store,
-        Arc::new(svc),
+        svc.clone(),
+        chunker,
         ChunkParams {
             max_tokens,
             overlap,
         },
     );
-    (rag, dir)
+    (Rag { corpus, svc }, dir)
 }
 
 async fn ingest_scifact(data: &SciFact) -> (Rag, tempfile::TempDir) {
@@ -221,15 +258,16 @@ async fn ingest_scifact(data: &SciFact) -> (Rag, tempfile::TempDir) {
     let mut chunks = 0usize;
     // `BENCH_DOCS` ingests only the first documents (for quick comparisons).
     let docs = &data.corpus[..env_usize("BENCH_DOCS", data.corpus.len()).min(data.corpus.len())];
-    rag.ingest_batches("scifact", docs.chunks(64).map(as_docs), |r| {
-        chunks += r.iter().map(|r| r.chunks).sum::<usize>();
-    })
-    .await
-    .expect("ingest");
+    rag.corpus
+        .ingest_batches("scifact", docs.chunks(64).map(as_docs), |r| {
+            chunks += r.iter().map(|r| r.chunks).sum::<usize>();
+        })
+        .await
+        .expect("ingest");
     let secs = t0.elapsed().as_secs_f64();
     println!(
         "\n## ingest (SciFact corpus, SQLite, chunk {max_tokens} tokens / overlap {overlap}, {workers} worker(s) x {threads} thread(s), passages {})",
-        if rag.embedder.model().passage_int8() {
+        if rag.svc.model().passage_int8() {
             "int8 compute"
         } else {
             "fp32 compute"
@@ -256,7 +294,7 @@ async fn top100(
     let budget = RequestBudget::start(&bench_profile(), &SEARCH_PLAN, None);
     search(
         &budget,
-        &rag.embedder,
+        &rag.svc,
         index,
         &SearchRequest {
             query: text.to_owned(),
@@ -269,7 +307,7 @@ async fn top100(
 }
 
 async fn scifact_quality(rag: &Rag, data: &SciFact) {
-    let index = rag.collection("scifact").await.expect("collection");
+    let index = rag.corpus.collection("scifact").await.expect("collection");
     println!(
         "\n## retrieval quality: BEIR SciFact train queries ({} queries), nDCG@10 (documents)",
         data.queries.len()
@@ -308,7 +346,7 @@ async fn scifact_quality(rag: &Rag, data: &SciFact) {
 }
 
 async fn vectors(rag: &Rag, data: &SciFact) {
-    let svc = &rag.embedder;
+    let svc = &rag.svc;
     println!("\n## embedding (all-MiniLM-L6-v2 int8, ONNX Runtime, 2 intra-op threads)");
     let mut times = query_times(svc, data).await;
     println!(
@@ -360,9 +398,10 @@ async fn vectors(rag: &Rag, data: &SciFact) {
     }
 
     // 100k vectors: SciFact chunk embeddings plus perturbed copies.
-    let index = rag.collection("scifact").await.expect("collection");
-    let base: Vec<Arc<ChunkEntry>> = (1..=200_000i64).filter_map(|id| index.chunk(id)).collect();
+    let index = rag.corpus.collection("scifact").await.expect("collection");
+    let base: Vec<Arc<Chunk>> = (1..=200_000i64).filter_map(|id| index.chunk(id)).collect();
     let model_vecs: HashMap<i64, Vec<f32>> = rag
+        .corpus
         .store
         .index_chunks()
         .await
@@ -383,7 +422,7 @@ async fn vectors(rag: &Rag, data: &SciFact) {
             v.iter_mut().for_each(|x| *x /= norm);
         }
         let id = i as i64 + 1;
-        let e = ChunkEntry {
+        let e = Chunk {
             chunk_id: id,
             document_id: id,
             external_id: format!("{}#{i}", src.external_id),

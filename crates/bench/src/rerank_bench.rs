@@ -4,13 +4,14 @@
 //! weights 0 (retrieval order) to 1 (cross-encoder order), and rerank
 //! latency for 10, 20 and 50 candidates, fp32 and int8.
 
+use crate::Rag;
 use crate::data::SciFact;
 use crate::stats::{ndcg_at_10, pct};
 use crate::{cache, env_usize, top100};
 use ragtime_core::Cancel;
-use ragtime_pipeline::rag::Rag;
+use ragtime_core::Passage as SearchHit;
 use ragtime_pipeline::rerank::{blend, passage};
-use ragtime_pipeline::search::{Mode, SearchHit};
+use ragtime_pipeline::search::Mode;
 use ragtime_rerank::{CrossEncoder, RerankOptions};
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -47,7 +48,7 @@ fn ndcg(hits: &[SearchHit], relevant: &HashSet<String>) -> f64 {
 }
 
 pub async fn rerank(rag: &Rag, data: &SciFact) {
-    let index = rag.collection("scifact").await.expect("collection");
+    let index = rag.corpus.collection("scifact").await.expect("collection");
     let depth = env_usize("BENCH_RERANK_DEPTH", 20);
     let batch = env_usize("BENCH_RERANK_BATCH", 4);
     // Hybrid candidates for every train query.

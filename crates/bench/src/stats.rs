@@ -41,6 +41,11 @@ impl Rng {
     fn unit(&mut self) -> f32 {
         (self.next() >> 11) as f32 / (1u64 << 53) as f32
     }
+    /// An exponential wait of mean `1 / rate` (Poisson arrivals).
+    pub fn exponential(&mut self, rate: f64) -> f64 {
+        let u = f64::from(self.unit()).clamp(1e-9, 1.0 - 1e-9);
+        -(1.0 - u).ln() / rate
+    }
     pub fn gauss(&mut self) -> f32 {
         let (u, v) = (self.unit().max(1e-9), self.unit());
         (-2.0 * u.ln()).sqrt() * (std::f32::consts::TAU * v).cos()

@@ -9,11 +9,15 @@
 pub mod verify;
 
 use moka::sync::Cache;
+pub use ragtime_core::Scope;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 pub use verify::{Analysed, Veto, analyse, veto};
+
+use async_trait::async_trait;
+use ragtime_core::{CachedAnswer, Cancel, ResponseCache};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CacheOptions {
@@ -33,17 +37,6 @@ impl Default for CacheOptions {
             min_cosine: 0.96,
         }
     }
-}
-
-/// What an answer depends on besides the question.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Scope {
-    pub tenant: String,
-    pub collection: String,
-    /// The filter in a canonical text form.
-    pub filter: String,
-    /// The corpus version the answer was built from.
-    pub version: u64,
 }
 
 struct Entry<T> {
@@ -101,9 +94,25 @@ impl<T: Clone + Send + Sync + 'static> SemanticCache<T> {
     /// The best verified answer for `query` (with its unit `vector`) in
     /// `scope`, if any.
     pub fn lookup(&self, scope: &Scope, query: &str, vector: &[f32]) -> Option<Hit<T>> {
+        self.lookup_until(scope, query, vector, &Cancel::new())
+    }
+
+    /// As [`SemanticCache::lookup`], giving up (a miss) once `cancel` is
+    /// set; the flag is checked every few hundred entries.
+    pub fn lookup_until(
+        &self,
+        scope: &Scope,
+        query: &str,
+        vector: &[f32],
+        cancel: &Cancel,
+    ) -> Option<Hit<T>> {
         let asked = analyse(query);
         let mut best: Option<(f32, Arc<Entry<T>>)> = None;
-        for (_, e) in &self.entries {
+        for (i, (_, e)) in self.entries.iter().enumerate() {
+            if i % 256 == 255 && cancel.is_cancelled() {
+                best = None;
+                break;
+            }
             if e.scope != *scope || e.vector.len() != vector.len() {
                 continue;
             }
@@ -164,6 +173,25 @@ impl<T: Clone + Send + Sync + 'static> SemanticCache<T> {
             self.hits.load(Ordering::Relaxed),
             self.misses.load(Ordering::Relaxed),
         )
+    }
+}
+
+/// The pipeline's response cache: answers with their citations.
+#[async_trait]
+impl ResponseCache for SemanticCache<CachedAnswer> {
+    async fn lookup(
+        &self,
+        scope: &Scope,
+        query: &str,
+        vector: &[f32],
+        cancel: Cancel,
+    ) -> Option<CachedAnswer> {
+        self.lookup_until(scope, query, vector, &cancel)
+            .map(|h| h.value)
+    }
+
+    fn insert(&self, scope: Scope, query: &str, vector: Vec<f32>, answer: CachedAnswer) {
+        SemanticCache::insert(self, scope, query, vector, answer);
     }
 }
 
@@ -238,6 +266,28 @@ mod tests {
         assert!(
             c.lookup(&scope("a", 1), "can i take aspirin with ibuprofen", &v)
                 .is_some()
+        );
+    }
+
+    #[test]
+    fn a_cancelled_scan_is_a_miss() {
+        let c = cache();
+        let v = unit(&[1.0, 1.0]);
+        for i in 0..600 {
+            c.insert(
+                scope("a", 1),
+                &format!("question {i}"),
+                v.clone(),
+                "x".into(),
+            );
+        }
+        c.entries.run_pending_tasks();
+        assert!(c.lookup(&scope("a", 1), "question 7", &v).is_some());
+        let gone = Cancel::new();
+        gone.cancel();
+        assert!(
+            c.lookup_until(&scope("a", 1), "question 7", &v, &gone)
+                .is_none()
         );
     }
 

@@ -68,6 +68,15 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    pub const ALL: [Outcome; 6] = [
+        Outcome::Ok,
+        Outcome::Partial,
+        Outcome::Skipped,
+        Outcome::Fallback,
+        Outcome::Timeout,
+        Outcome::Error,
+    ];
+
     pub const fn name(self) -> &'static str {
         match self {
             Outcome::Ok => "ok",

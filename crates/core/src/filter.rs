@@ -41,9 +41,10 @@ pub enum Cmp {
     Lte,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub enum Filter {
     /// Matches everything.
+    #[default]
     All,
     And(Vec<Filter>),
     Or(Vec<Filter>),

@@ -9,10 +9,17 @@ pub mod error;
 pub mod filter;
 pub mod fusion;
 pub mod stage;
+pub mod tenant;
+pub mod types;
 
 pub use budget::{BudgetReport, Outcome, Stage, StageReport};
 pub use cancel::Cancel;
 pub use error::StageError;
 pub use filter::{Filter, FilterError};
 pub use fusion::reciprocal_rank_fusion;
-pub use stage::Embedder;
+pub use stage::{Embedder, Generator, Reranker, ResponseCache, Retriever, TokenStream};
+pub use tenant::{Tenant, valid_collection, valid_conversation_id, valid_tenant};
+pub use types::{
+    CachedAnswer, Chunk, Citation, GenEvent, GenRequest, Hit, IngestDoc, Message, Passage, Scope,
+    Usage,
+};

@@ -1,13 +1,99 @@
-//! Traits implemented by the pipeline's stages. They are synchronous where the
-//! work is CPU-bound; the pipeline runs them off the async threads.
+//! The stages the pipeline is written against. Every method is async and
+//! takes the stage's [`Cancel`] (its flag and deadline): implementations
+//! that do CPU work run it off the async threads and stop at their next
+//! check once it is set; the pipeline drops the future at the deadline
+//! either way. Tests drive the pipeline with fakes of these traits on
+//! paused time.
 
-use crate::{Cancel, StageError};
+use crate::{CachedAnswer, Cancel, Chunk, Filter, GenEvent, GenRequest, Hit, Scope, StageError};
+use async_trait::async_trait;
+use futures_core::stream::BoxStream;
+use std::sync::Arc;
 
-/// Turns texts into L2-normalised vectors.
+/// Turns texts into unit vectors.
+#[async_trait]
 pub trait Embedder: Send + Sync {
     /// Dimension of the vectors produced.
     fn dim(&self) -> usize;
-    /// Embeds a batch. Implementations check `cancel` between units of work
-    /// and return [`StageError::Cancelled`] once it is set.
-    fn embed(&self, texts: &[String], cancel: &Cancel) -> Result<Vec<Vec<f32>>, StageError>;
+    /// A query's vector (implementations may cache it).
+    async fn embed_query(&self, text: &str, cancel: Cancel) -> Result<Arc<Vec<f32>>, StageError>;
+    /// Texts embedded as queries are (the embeddings API).
+    async fn embed_texts(
+        &self,
+        texts: Vec<String>,
+        cancel: Cancel,
+    ) -> Result<Vec<Vec<f32>>, StageError>;
+    /// Passages for the index (implementations may trade a little precision
+    /// for throughput here).
+    async fn embed_passages(
+        &self,
+        texts: Vec<String>,
+        cancel: Cancel,
+    ) -> Result<Vec<Vec<f32>>, StageError>;
+}
+
+/// One collection's dense and lexical indexes.
+#[async_trait]
+pub trait Retriever: Send + Sync {
+    /// The `k` chunks nearest to a unit `vector` among those `filter` allows.
+    async fn dense(
+        &self,
+        vector: Arc<Vec<f32>>,
+        k: usize,
+        filter: &Filter,
+        cancel: Cancel,
+    ) -> Result<Vec<Hit>, StageError>;
+    /// The `k` best BM25 matches of `query` among those `filter` allows.
+    async fn lexical(
+        &self,
+        query: &str,
+        k: usize,
+        filter: &Filter,
+        cancel: Cancel,
+    ) -> Result<Vec<Hit>, StageError>;
+    /// A chunk by id, while it is indexed.
+    fn chunk(&self, id: i64) -> Option<Arc<Chunk>>;
+}
+
+/// Scores (query, passage) pairs; scores compare within one query only.
+#[async_trait]
+pub trait Reranker: Send + Sync {
+    async fn score(
+        &self,
+        query: &str,
+        passages: Vec<String>,
+        cancel: Cancel,
+    ) -> Result<Vec<f32>, StageError>;
+}
+
+/// The events of one generation; dropping the stream cancels it.
+pub type TokenStream = BoxStream<'static, Result<GenEvent, StageError>>;
+
+/// An LLM that streams a chat completion.
+#[async_trait]
+pub trait Generator: Send + Sync {
+    /// Where it runs (a base URL), for spans and logs.
+    fn address(&self) -> &str;
+    /// Starts a generation; returns once the backend accepted it.
+    async fn generate(&self, request: GenRequest) -> Result<TokenStream, StageError>;
+    /// Whether the backend answers at all (a cheap health probe).
+    async fn ping(&self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// Answers kept for reuse by paraphrased questions of the same scope.
+#[async_trait]
+pub trait ResponseCache: Send + Sync {
+    /// The best verified answer for `query` (with its unit `vector`), if
+    /// any; stops looking (a miss) once `cancel` is set.
+    async fn lookup(
+        &self,
+        scope: &Scope,
+        query: &str,
+        vector: &[f32],
+        cancel: Cancel,
+    ) -> Option<CachedAnswer>;
+    /// Keeps a full answer; the same question in the same scope replaces it.
+    fn insert(&self, scope: Scope, query: &str, vector: Vec<f32>, answer: CachedAnswer);
 }

@@ -34,6 +34,19 @@ impl Chunker {
         }
     }
 
+    /// A chunker on the `tokenizer.json` at `path`.
+    pub fn from_file(
+        path: &std::path::Path,
+        max_tokens: usize,
+        overlap: usize,
+    ) -> Result<Self, crate::LoadError> {
+        let t = Tokenizer::from_file(path).map_err(|e| crate::LoadError::File {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+        Ok(Self::new(t, max_tokens, overlap))
+    }
+
     pub fn chunk(&self, text: &str) -> Vec<TextChunk> {
         let Ok(enc) = self.tokenizer.encode(text, false) else {
             return vec![TextChunk {

@@ -1,37 +1,26 @@
 //! all-MiniLM-L6-v2 sentence embeddings through ONNX Runtime (`ort`).
 //!
 //! Mean pooling over the last hidden state with the attention mask, then L2
-//! normalisation, as sentence-transformers does for this model.
+//! normalisation, as sentence-transformers does for this model. The model's
+//! graph is rewritten for speed by `ragtime-onnx` once, beside the model
+//! (see [`prepare`]), and every start loads the prepared graphs.
 
 mod chunk;
-mod fuse;
-mod onnx;
-mod proto;
-mod quantize;
 mod service;
 
 pub use chunk::{Chunker, TextChunk};
-pub use fuse::{Simplified, simplify};
-pub use onnx::{
-    BertBatch, configure_tokenizer, load_session, load_session_from_memory, ort_environment,
-};
-pub use quantize::int8_matmuls;
+pub use ragtime_onnx::LoadError;
+/// Preparing a model's rewritten graphs once (`ragtime prepare-model`).
+pub use ragtime_onnx::prepare;
 pub use service::{EmbedService, ServiceOptions, normalise_text};
 
 use ort::session::Session;
-use ragtime_core::{Cancel, Embedder, StageError};
+use ragtime_core::{Cancel, StageError};
+use ragtime_onnx::prepare::Prepared;
+use ragtime_onnx::{BertBatch, configure_tokenizer};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use thiserror::Error;
 use tokenizers::{Tokenizer, TruncationStrategy};
-
-#[derive(Debug, Error)]
-pub enum LoadError {
-    #[error("{path}: {message}")]
-    File { path: PathBuf, message: String },
-    #[error("onnx runtime: {0}")]
-    Ort(String),
-}
 
 /// Settings for [`OnnxEmbedder::load`].
 #[derive(Debug, Clone)]
@@ -85,15 +74,17 @@ fn file_err(path: &Path, e: impl std::fmt::Display) -> LoadError {
     }
 }
 
-impl OnnxEmbedder {
-    pub fn load(opts: &EmbedderOptions) -> Result<Self, LoadError> {
-        let model = opts.model_dir.join("model.onnx");
+/// The model's tokenizer as is (for chunking) and set up for embedding.
+struct Tokenizers {
+    raw: Tokenizer,
+    tokenizer: Tokenizer,
+}
+
+impl Tokenizers {
+    fn load(opts: &EmbedderOptions) -> Result<Self, LoadError> {
         let tok_path = opts.model_dir.join("tokenizer.json");
-        if !model.is_file() {
-            return Err(file_err(&model, "model file not found (run `make setup`)"));
-        }
         let mut tokenizer = Tokenizer::from_file(&tok_path).map_err(|e| file_err(&tok_path, e))?;
-        let raw_tokenizer = tokenizer.clone();
+        let raw = tokenizer.clone();
         // tokenizer.json pins padding and truncation to 128: set both here.
         configure_tokenizer(
             &mut tokenizer,
@@ -103,28 +94,57 @@ impl OnnxEmbedder {
         )?;
         // Batches are padded here, after grouping texts by token count.
         tokenizer.with_padding(None);
-        // Read once: the fp32 session and the int8 rewrite share the bytes.
-        let bytes = std::fs::read(&model).map_err(|e| file_err(&model, e))?;
-        let (bytes, simplified) = simplify(&bytes).map_err(|e| file_err(&model, e))?;
+        Ok(Self { raw, tokenizer })
+    }
+}
+
+impl OnnxEmbedder {
+    /// Loads the model in `opts.model_dir` from its prepared graphs: those
+    /// written beside it for its checksum, prepared and written now when
+    /// there are none, or prepared in memory when the folder cannot be
+    /// written.
+    pub fn load(opts: &EmbedderOptions) -> Result<Self, LoadError> {
+        let model = opts.model_dir.join("model.onnx");
+        if !model.is_file() {
+            return Err(file_err(&model, "model file not found (run `make setup`)"));
+        }
+        let tokenizers = Tokenizers::load(opts)?;
+        let prepared = prepare::load_or_prepare(&model)?;
+        Self::build(opts, tokenizers, &prepared)
+    }
+
+    /// Loads the model from graphs prepared from `opts.model_dir`'s
+    /// `model.onnx` (see [`prepare`]).
+    pub fn from_prepared(opts: &EmbedderOptions, prepared: &Prepared) -> Result<Self, LoadError> {
+        Self::build(opts, Tokenizers::load(opts)?, prepared)
+    }
+
+    fn build(
+        opts: &EmbedderOptions,
+        Tokenizers { raw, tokenizer }: Tokenizers,
+        prepared: &Prepared,
+    ) -> Result<Self, LoadError> {
+        let model = prepared.query.path();
+        let s = prepared.simplified;
         tracing::info!(
-            attentions = simplified.attentions,
-            nan_guards = simplified.nan_guards,
-            gelus = simplified.gelus,
+            attentions = s.attentions,
+            nan_guards = s.nan_guards,
+            gelus = s.gelus,
+            outcome = ?prepared.outcome,
             "embedding graph simplified"
         );
-        let session = load_session_from_memory(&opts.ort_lib, &model, &bytes, opts.intra_threads)?;
-        let passages = if opts.passage_int8 {
-            let (int8, rewritten) = int8_matmuls(&bytes).map_err(|e| file_err(&model, e))?;
-            if rewritten == 0 {
-                tracing::warn!(model = %model.display(), "no int8 weights to compute with: passages use fp32");
+        let session = prepared.query.session(&opts.ort_lib, opts.intra_threads)?;
+        let passages = match (&prepared.passage_int8, opts.passage_int8) {
+            (_, false) => None,
+            (None, true) => {
+                tracing::warn!(model = %prepared.source.display(), "no int8 weights to compute with: passages use fp32");
                 None
-            } else {
-                tracing::info!(rewritten, "passages embedded with int8 matrix products");
-                let s = load_session_from_memory(&opts.ort_lib, &model, &int8, opts.intra_threads)?;
-                Some(Mutex::new(s))
             }
-        } else {
-            None
+            (Some(int8), true) => {
+                let rewritten = prepared.int8_products;
+                tracing::info!(rewritten, "passages embedded with int8 matrix products");
+                Some(Mutex::new(int8.session(&opts.ort_lib, opts.intra_threads)?))
+            }
         };
         let has_token_types = session
             .inputs()
@@ -136,7 +156,7 @@ impl OnnxEmbedder {
             .map(|o| o.name().to_owned())
             .find(|n| n == "last_hidden_state" || n == "token_embeddings")
             .or_else(|| session.outputs().first().map(|o| o.name().to_owned()))
-            .ok_or_else(|| file_err(&model, "model has no outputs"))?;
+            .ok_or_else(|| file_err(model, "model has no outputs"))?;
         tracing::info!(
             model = %model.display(),
             inputs = ?session.inputs().iter().map(|i| i.name().to_owned()).collect::<Vec<_>>(),
@@ -146,7 +166,7 @@ impl OnnxEmbedder {
         let mut me = Self {
             session: Mutex::new(session),
             passages,
-            raw_tokenizer,
+            raw_tokenizer: raw,
             tokenizer,
             dim: 0,
             batch_size: opts.batch_size.max(1),
@@ -157,11 +177,11 @@ impl OnnxEmbedder {
         // Warm up once (and learn the dimension).
         let v = me
             .embed(&["warm up".to_owned()], &Cancel::new())
-            .map_err(|e| file_err(&model, e))?;
+            .map_err(|e| file_err(model, e))?;
         me.dim = v.first().map_or(0, Vec::len);
         if me.passages.is_some() {
             me.embed_kind(&["warm up".to_owned()], &Cancel::new(), Kind::Passage)
-                .map_err(|e| file_err(&model, e))?;
+                .map_err(|e| file_err(model, e))?;
         }
         Ok(me)
     }
@@ -264,12 +284,14 @@ fn normalise(mut v: Vec<f32>) -> Vec<f32> {
     v
 }
 
-impl Embedder for OnnxEmbedder {
-    fn dim(&self) -> usize {
+impl OnnxEmbedder {
+    /// Dimension of the vectors.
+    pub fn dim(&self) -> usize {
         self.dim
     }
 
-    fn embed(&self, texts: &[String], cancel: &Cancel) -> Result<Vec<Vec<f32>>, StageError> {
+    /// Embeds texts as queries (fp32), on the calling thread.
+    pub fn embed(&self, texts: &[String], cancel: &Cancel) -> Result<Vec<Vec<f32>>, StageError> {
         self.embed_kind(texts, cancel, Kind::Query)
     }
 }

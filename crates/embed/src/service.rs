@@ -3,6 +3,7 @@
 //! a bounded cache of query embeddings keyed by normalised text.
 
 use crate::{Kind, OnnxEmbedder};
+use async_trait::async_trait;
 use moka::sync::Cache;
 use ragtime_core::{Cancel, Embedder, StageError};
 use std::collections::VecDeque;
@@ -231,6 +232,35 @@ impl EmbedService {
     pub fn cache_len(&self) -> u64 {
         self.cache.run_pending_tasks();
         self.cache.entry_count()
+    }
+}
+
+#[async_trait]
+impl Embedder for EmbedService {
+    fn dim(&self) -> usize {
+        self.model.dim()
+    }
+
+    async fn embed_query(&self, text: &str, cancel: Cancel) -> Result<Arc<Vec<f32>>, StageError> {
+        EmbedService::embed_query(self, text, cancel)
+            .await
+            .map(|(v, _)| v)
+    }
+
+    async fn embed_texts(
+        &self,
+        texts: Vec<String>,
+        cancel: Cancel,
+    ) -> Result<Vec<Vec<f32>>, StageError> {
+        self.embed(texts, cancel).await
+    }
+
+    async fn embed_passages(
+        &self,
+        texts: Vec<String>,
+        cancel: Cancel,
+    ) -> Result<Vec<Vec<f32>>, StageError> {
+        EmbedService::embed_passages(self, texts, cancel).await
     }
 }
 

@@ -1,8 +1,12 @@
 //! The real all-MiniLM-L6-v2 ONNX model from `make setup`.
 
-use ragtime_core::{Cancel, Embedder, StageError};
+use prost::Message;
+use ragtime_core::{Cancel, StageError};
 use ragtime_embed::{EmbedService, EmbedderOptions, Kind, OnnxEmbedder, ServiceOptions};
-use std::path::PathBuf;
+use ragtime_onnx::prepare::Outcome;
+use ragtime_onnx::proto::ModelProto;
+use ragtime_onnx::{Simplified, decode_model};
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 fn cache() -> PathBuf {
@@ -13,18 +17,23 @@ fn cache() -> PathBuf {
         })
 }
 
-fn load() -> OnnxEmbedder {
-    let c = cache();
-    OnnxEmbedder::load(&EmbedderOptions {
-        model_dir: c.join("models/all-minilm-l6-v2"),
-        ort_lib: c.join("onnxruntime/libonnxruntime.so.1.31.1"),
+fn options(model_dir: &Path) -> EmbedderOptions {
+    EmbedderOptions {
+        model_dir: model_dir.to_owned(),
+        ort_lib: cache().join("onnxruntime/libonnxruntime.so.1.31.1"),
         intra_threads: 1,
         max_tokens: 256,
         batch_size: 8,
         max_batch_tokens: 1024,
         passage_int8: true,
-    })
-    .unwrap_or_else(|e| panic!("load the model with `make setup` first: {e}"))
+    }
+}
+
+/// The setup model, from its prepared graphs beside it (written by the
+/// first load).
+fn load() -> OnnxEmbedder {
+    OnnxEmbedder::load(&options(&cache().join("models/all-minilm-l6-v2")))
+        .unwrap_or_else(|e| panic!("load the model with `make setup` first: {e}"))
 }
 
 fn embedder() -> &'static OnnxEmbedder {
@@ -260,17 +269,29 @@ fn reference() -> (Vec<String>, Vec<Vec<f32>>) {
         .unzip()
 }
 
+/// The setup model, decoded.
+fn setup_model() -> (Vec<u8>, ModelProto) {
+    let bytes = std::fs::read(cache().join("models/all-minilm-l6-v2/model.onnx")).expect("model");
+    let model = decode_model(bytes.clone().into()).expect("decode");
+    (bytes, model)
+}
+
 /// The setup model's 36 dequantize → MatMul products are rewritten to int8
 /// compute, and ONNX Runtime runs the rewritten graph.
 #[test]
 fn the_setup_model_rewrites_to_int8_matrix_products() {
-    let bytes = std::fs::read(cache().join("models/all-minilm-l6-v2/model.onnx")).expect("model");
-    let (out, rewritten) = ragtime_embed::int8_matmuls(&bytes).expect("rewrite");
+    let (bytes, mut model) = setup_model();
+    let rewritten = ragtime_onnx::int8_matmuls(&mut model).expect("rewrite");
     // 6 layers × (query, key, value, attention output, two feed-forward).
     assert_eq!(rewritten, 36);
-    assert!(out.len() < bytes.len(), "the dequantize nodes are gone");
+    assert!(
+        model.encode_to_vec().len() < bytes.len(),
+        "the dequantize nodes are gone"
+    );
     // Idempotent: nothing left to rewrite.
-    assert_eq!(ragtime_embed::int8_matmuls(&out).expect("again").1, 0);
+    let before = model.clone();
+    assert_eq!(ragtime_onnx::int8_matmuls(&mut model).expect("again"), 0);
+    assert_eq!(model, before);
     assert!(embedder().passage_int8());
 }
 
@@ -279,22 +300,23 @@ fn the_setup_model_rewrites_to_int8_matrix_products() {
 /// nothing left.
 #[test]
 fn the_setup_model_simplifies_its_attention_and_gelus() {
-    let bytes = std::fs::read(cache().join("models/all-minilm-l6-v2/model.onnx")).expect("model");
-    let (out, done) = ragtime_embed::simplify(&bytes).expect("simplify");
+    let (bytes, mut model) = setup_model();
+    let done = ragtime_onnx::simplify(&mut model).expect("simplify");
     assert_eq!(
         done,
-        ragtime_embed::Simplified {
+        Simplified {
             attentions: 6,
             nan_guards: 0,
             gelus: 6
         }
     );
+    let out = model.encode_to_vec();
     assert!(out.len() < bytes.len());
-    let (again, none) = ragtime_embed::simplify(&out).expect("again");
-    assert_eq!(none, ragtime_embed::Simplified::default());
-    assert_eq!(again, out);
+    let none = ragtime_onnx::simplify(&mut model).expect("again");
+    assert_eq!(none, Simplified::default());
+    assert_eq!(model.encode_to_vec(), out);
     // The int8 rewrite still finds every product in the simplified graph.
-    assert_eq!(ragtime_embed::int8_matmuls(&out).expect("int8").1, 36);
+    assert_eq!(ragtime_onnx::int8_matmuls(&mut model).expect("int8"), 36);
 }
 
 /// Passages (int8 compute) stay close to the fp32 reference; queries keep
@@ -413,13 +435,14 @@ async fn the_service_keeps_queries_and_passages_apart() {
 /// of the fused attention are right.
 #[test]
 fn the_simplified_graph_computes_the_same_hidden_states() {
-    use ragtime_embed::{BertBatch, load_session_from_memory};
+    use ragtime_onnx::{BertBatch, load_session_from_memory};
     let c = cache();
     let path = c.join("models/all-minilm-l6-v2/model.onnx");
     let lib = c.join("onnxruntime/libonnxruntime.so.1.31.1");
-    let bytes = std::fs::read(&path).expect("model");
-    let (fused, done) = ragtime_embed::simplify(&bytes).expect("simplify");
+    let (bytes, mut model) = setup_model();
+    let done = ragtime_onnx::simplify(&mut model).expect("simplify");
     assert_eq!(done.attentions, 6);
+    let fused = model.encode_to_vec();
     let mut tok =
         tokenizers::Tokenizer::from_file(c.join("models/all-minilm-l6-v2/tokenizer.json"))
             .expect("tokenizer");
@@ -468,4 +491,43 @@ fn the_simplified_graph_computes_the_same_hidden_states() {
         compared > 40 * dim,
         "the batch holds texts of different lengths"
     );
+}
+
+/// The embedder loads the graphs it prepared beside the model (here in a
+/// copy of the model folder): they give the vectors the graphs prepared in
+/// memory give, for queries and passages.
+#[test]
+fn prepared_files_give_the_vectors_of_graphs_prepared_in_memory() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let setup = cache().join("models/all-minilm-l6-v2");
+    for f in ["model.onnx", "tokenizer.json"] {
+        std::fs::copy(setup.join(f), dir.path().join(f)).expect("copy");
+    }
+    let opts = options(dir.path());
+    let from_files = OnnxEmbedder::load(&opts).expect("load");
+    // The first load wrote the graphs; preparing again reuses them.
+    let model = dir.path().join("model.onnx");
+    let prepared = ragtime_embed::prepare::prepare(&model).expect("prepare");
+    assert_eq!(prepared.outcome, Outcome::Reused);
+    assert!(prepared.query.path().is_file());
+    assert!(
+        prepared
+            .passage_int8
+            .as_ref()
+            .is_some_and(|p| p.path().is_file())
+    );
+    let in_memory = ragtime_embed::prepare::prepare_in_memory(&model).expect("in memory");
+    assert_eq!(in_memory.outcome, Outcome::InMemory);
+    let from_memory = OnnxEmbedder::from_prepared(&opts, &in_memory).expect("load");
+    assert!(from_files.passage_int8() && from_memory.passage_int8());
+    let (texts, _) = reference();
+    for kind in [Kind::Query, Kind::Passage] {
+        let a = from_files
+            .embed_kind(&texts, &Cancel::new(), kind)
+            .expect("files");
+        let b = from_memory
+            .embed_kind(&texts, &Cancel::new(), kind)
+            .expect("memory");
+        assert_eq!(a, b, "{kind:?}");
+    }
 }

@@ -1,14 +1,16 @@
-//! Streaming chat completions over the OpenAI protocol (server-sent events),
-//! the one protocol every backend speaks: vLLM, TGI, SGLang, llama.cpp's
-//! `llama-server`, Ollama.
+//! Streamed chat completions over the OpenAI protocol, the one protocol
+//! every backend speaks (vLLM, TGI, SGLang, llama.cpp's `llama-server`,
+//! Ollama). The server-sent events are parsed by `eventsource-stream`; each
+//! event's JSON becomes text deltas, a finish reason and token counts.
 
 use crate::client::{LlmClient, short};
-use bytes::Bytes;
+use async_trait::async_trait;
+use eventsource_stream::Eventsource;
 use futures::{Stream, StreamExt};
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
-use std::pin::Pin;
-use std::time::{Duration, Instant};
+use ragtime_core::{GenEvent, GenRequest, Generator, StageError, TokenStream, Usage};
+use serde::Deserialize;
+use serde_json::json;
+use std::collections::VecDeque;
 use thiserror::Error;
 
 #[derive(Debug, Error, Clone, PartialEq)]
@@ -21,81 +23,144 @@ pub enum LlmError {
     Stream(String),
     #[error("llm backend sent an event that is not a chat chunk: {0}")]
     Protocol(String),
+    #[error("llm stream ended before the backend said it was done")]
+    Incomplete,
 }
 
-/// One chat message (`role`: system, user or assistant).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Message {
-    pub role: String,
-    pub content: String,
+impl From<LlmError> for StageError {
+    fn from(e: LlmError) -> Self {
+        StageError::Backend(e.to_string())
+    }
 }
 
-impl Message {
-    pub fn new(role: &str, content: impl Into<String>) -> Self {
-        Self {
-            role: role.to_owned(),
-            content: content.into(),
+/// One `data:` payload of a streamed completion (the fields ragtime reads).
+#[derive(Debug, Default, Deserialize)]
+struct Chunk {
+    #[serde(default)]
+    choices: Vec<Choice>,
+    usage: Option<Counts>,
+    /// llama.cpp reports token counts here.
+    timings: Option<Timings>,
+    error: Option<ErrorBody>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Choice {
+    #[serde(default)]
+    delta: Delta,
+    finish_reason: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct Delta {
+    content: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Counts {
+    prompt_tokens: u32,
+    completion_tokens: u32,
+}
+
+#[derive(Debug, Deserialize)]
+struct Timings {
+    prompt_n: u32,
+    predicted_n: u32,
+}
+
+#[derive(Debug, Deserialize)]
+struct ErrorBody {
+    message: Option<String>,
+}
+
+/// The events in one `data:` payload.
+fn parse(data: &str) -> Result<Vec<GenEvent>, LlmError> {
+    let c: Chunk = serde_json::from_str(data)
+        .map_err(|_| LlmError::Protocol(data.chars().take(200).collect()))?;
+    if let Some(e) = c.error {
+        return Err(LlmError::Stream(
+            e.message
+                .unwrap_or_else(|| "the backend reported an error".into()),
+        ));
+    }
+    let mut evs = Vec::new();
+    if let Some(choice) = c.choices.into_iter().next() {
+        if let Some(text) = choice.delta.content.filter(|t| !t.is_empty()) {
+            evs.push(GenEvent::Delta(text));
+        }
+        if let Some(reason) = choice.finish_reason {
+            evs.push(GenEvent::Finish(reason));
         }
     }
-}
-
-/// What ragtime asks a backend for.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ChatRequest {
-    pub model: String,
-    pub messages: Vec<Message>,
-    pub max_tokens: u32,
-    pub temperature: Option<f32>,
-    pub top_p: Option<f32>,
-    /// W3C trace context to propagate to the backend.
-    pub traceparent: Option<String>,
-}
-
-/// Token counts the backend reported (`usage`, or llama.cpp's `timings`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Usage {
-    pub prompt_tokens: u32,
-    pub completion_tokens: u32,
-}
-
-/// One event of a streamed completion.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ChatEvent {
-    /// Generated text.
-    Delta(String),
-    /// The backend said why it stopped (`stop`, `length`, …).
-    Finish(String),
-    /// Token counts (sent by most backends in the last chunk).
-    Usage(Usage),
-}
-
-type ByteStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
-
-/// An open streamed completion. Dropping it closes the connection, which
-/// is how a backend learns to stop generating.
-pub struct ChatStream {
-    body: ByteStream,
-    buf: Vec<u8>,
-    pending: std::collections::VecDeque<ChatEvent>,
-    done: bool,
-    started: Instant,
-    first_token: Option<Duration>,
-    tokens: u32,
-}
-
-impl std::fmt::Debug for ChatStream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ChatStream")
-            .field("done", &self.done)
-            .field("tokens", &self.tokens)
-            .finish_non_exhaustive()
+    let usage = c
+        .usage
+        .map(|u| (u.prompt_tokens, u.completion_tokens))
+        .or(c.timings.map(|t| (t.prompt_n, t.predicted_n)));
+    if let Some((prompt_tokens, completion_tokens)) = usage {
+        evs.push(GenEvent::Usage(Usage {
+            prompt_tokens,
+            completion_tokens,
+        }));
     }
+    Ok(evs)
+}
+
+/// Generation events from a stream of SSE bytes. The stream ends at
+/// `[DONE]`; a body that ends before `[DONE]` or a finish reason is an
+/// error ([`LlmError::Incomplete`]), as is a broken connection.
+pub fn events<S, B, E>(bytes: S) -> impl Stream<Item = Result<GenEvent, LlmError>> + Send
+where
+    S: Stream<Item = Result<B, E>> + Send + Unpin + 'static,
+    B: AsRef<[u8]> + Send,
+    E: std::fmt::Display + Send,
+{
+    struct State<T> {
+        sse: T,
+        pending: VecDeque<GenEvent>,
+        finished: bool,
+        ended: bool,
+    }
+    let state = State {
+        sse: bytes.eventsource(),
+        pending: VecDeque::new(),
+        finished: false,
+        ended: false,
+    };
+    futures::stream::unfold(state, |mut st| async move {
+        loop {
+            if let Some(ev) = st.pending.pop_front() {
+                return Some((Ok(ev), st));
+            }
+            if st.ended {
+                return None;
+            }
+            let failed = |st: State<_>, e| Some((Err(e), State { ended: true, ..st }));
+            match st.sse.next().await {
+                Some(Ok(ev)) if ev.data.trim() == "[DONE]" => st.ended = true,
+                Some(Ok(ev)) if ev.data.trim().is_empty() => {}
+                Some(Ok(ev)) => match parse(&ev.data) {
+                    Ok(evs) => {
+                        st.finished |= evs.iter().any(|e| matches!(e, GenEvent::Finish(_)));
+                        st.pending.extend(evs);
+                    }
+                    Err(e) => return failed(st, e),
+                },
+                Some(Err(e)) => return failed(st, LlmError::Stream(e.to_string())),
+                None if st.finished => st.ended = true,
+                None => return failed(st, LlmError::Incomplete),
+            }
+        }
+    })
 }
 
 impl LlmClient {
     /// Starts a streamed chat completion. Returns once the backend has
-    /// answered with a success status; tokens arrive through the stream.
-    pub async fn stream_chat(&self, req: &ChatRequest) -> Result<ChatStream, LlmError> {
+    /// answered with a success status; events arrive through the stream,
+    /// and dropping it closes the connection, which stops the generation.
+    pub async fn stream_chat(
+        &self,
+        req: &GenRequest,
+    ) -> Result<impl Stream<Item = Result<GenEvent, LlmError>> + Send + use<>, LlmError> {
         let mut body = json!({
             "model": req.model,
             "messages": req.messages,
@@ -109,7 +174,6 @@ impl LlmClient {
         if let Some(p) = req.top_p {
             body["top_p"] = json!(p);
         }
-        let started = Instant::now();
         let mut http = self
             .http()
             .post(format!("{}/chat/completions", self.base_url()))
@@ -133,182 +197,42 @@ impl LlmClient {
                 body: text.chars().take(300).collect(),
             });
         }
-        Ok(ChatStream {
-            body: Box::pin(resp.bytes_stream()),
-            buf: Vec::new(),
-            pending: Default::default(),
-            done: false,
-            started,
-            first_token: None,
-            tokens: 0,
-        })
+        Ok(events(Box::pin(resp.bytes_stream())))
     }
 }
 
-impl ChatStream {
-    /// The next event; `None` once the backend sent `[DONE]` or closed the
-    /// stream.
-    pub async fn next_event(&mut self) -> Option<Result<ChatEvent, LlmError>> {
-        loop {
-            if let Some(ev) = self.pending.pop_front() {
-                if let ChatEvent::Delta(_) = &ev {
-                    self.tokens += 1;
-                    if self.first_token.is_none() {
-                        self.first_token = Some(self.started.elapsed());
-                    }
-                }
-                return Some(Ok(ev));
-            }
-            if self.done {
-                return None;
-            }
-            if let Some(frame) = take_frame(&mut self.buf) {
-                match parse_frame(&frame) {
-                    Ok(Frame::Done) => self.done = true,
-                    Ok(Frame::Events(evs)) => self.pending.extend(evs),
-                    Err(e) => return Some(Err(e)),
-                }
-                continue;
-            }
-            match self.body.next().await {
-                Some(Ok(bytes)) => self.buf.extend_from_slice(&bytes),
-                Some(Err(e)) => {
-                    self.done = true;
-                    return Some(Err(LlmError::Stream(short(&e))));
-                }
-                None => {
-                    // A last frame without its blank line still counts.
-                    self.done = true;
-                    if !self.buf.is_empty() {
-                        let rest = std::mem::take(&mut self.buf);
-                        if let Ok(Frame::Events(evs)) = parse_frame(&rest) {
-                            self.pending.extend(evs);
-                            self.done = true;
-                            continue;
-                        }
-                    }
-                    return None;
-                }
-            }
-        }
+#[async_trait]
+impl Generator for LlmClient {
+    fn address(&self) -> &str {
+        self.base_url()
     }
 
-    /// Time from the request to the first generated text.
-    pub fn time_to_first_token(&self) -> Option<Duration> {
-        self.first_token
+    async fn generate(&self, request: GenRequest) -> Result<TokenStream, StageError> {
+        let stream = self.stream_chat(&request).await?;
+        Ok(stream.map(|r| r.map_err(StageError::from)).boxed())
     }
 
-    /// Text events received so far (one per backend chunk, which is one
-    /// token for every backend we know of).
-    pub fn chunks(&self) -> u32 {
-        self.tokens
+    async fn ping(&self) -> Result<(), String> {
+        self.check(std::time::Duration::from_millis(500))
+            .await
+            .map(|_| ())
     }
-
-    pub fn started(&self) -> Instant {
-        self.started
-    }
-}
-
-enum Frame {
-    Done,
-    Events(Vec<ChatEvent>),
-}
-
-/// Cuts one SSE frame (up to a blank line) off the front of `buf`.
-fn take_frame(buf: &mut Vec<u8>) -> Option<Vec<u8>> {
-    let pos = buf
-        .windows(2)
-        .position(|w| w == b"\n\n")
-        .map(|p| (p, 2))
-        .into_iter()
-        .chain(
-            buf.windows(4)
-                .position(|w| w == b"\r\n\r\n")
-                .map(|p| (p, 4)),
-        )
-        .min_by_key(|(p, _)| *p)?;
-    let frame = buf[..pos.0].to_vec();
-    buf.drain(..pos.0 + pos.1);
-    Some(frame)
-}
-
-/// The events in one SSE frame: its `data:` lines joined.
-fn parse_frame(frame: &[u8]) -> Result<Frame, LlmError> {
-    let text = String::from_utf8_lossy(frame);
-    let data: Vec<&str> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .map(|d| d.strip_prefix(' ').unwrap_or(d))
-        .collect();
-    if data.is_empty() {
-        // Comments (": keep-alive") and other fields carry nothing for us.
-        return Ok(Frame::Events(Vec::new()));
-    }
-    let data = data.join("\n");
-    if data.trim() == "[DONE]" {
-        return Ok(Frame::Done);
-    }
-    let v: Value = serde_json::from_str(&data)
-        .map_err(|_| LlmError::Protocol(data.chars().take(200).collect()))?;
-    if let Some(err) = v.get("error") {
-        return Err(LlmError::Stream(
-            err.get("message")
-                .and_then(Value::as_str)
-                .map_or_else(|| err.to_string(), str::to_owned),
-        ));
-    }
-    let mut evs = Vec::new();
-    if let Some(choice) = v["choices"].get(0) {
-        if let Some(text) = choice["delta"]["content"].as_str()
-            && !text.is_empty()
-        {
-            evs.push(ChatEvent::Delta(text.to_owned()));
-        }
-        if let Some(reason) = choice["finish_reason"].as_str() {
-            evs.push(ChatEvent::Finish(reason.to_owned()));
-        }
-    }
-    let count = |v: &Value| v.as_u64().map(|n| u32::try_from(n).unwrap_or(u32::MAX));
-    if let (Some(p), Some(c)) = (
-        count(&v["usage"]["prompt_tokens"]),
-        count(&v["usage"]["completion_tokens"]),
-    ) {
-        evs.push(ChatEvent::Usage(Usage {
-            prompt_tokens: p,
-            completion_tokens: c,
-        }));
-    } else if let (Some(p), Some(c)) = (
-        count(&v["timings"]["prompt_n"]),
-        count(&v["timings"]["predicted_n"]),
-    ) {
-        evs.push(ChatEvent::Usage(Usage {
-            prompt_tokens: p,
-            completion_tokens: c,
-        }));
-    }
-    Ok(Frame::Events(evs))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn events(raw: &str) -> Vec<ChatEvent> {
-        let mut buf = raw.as_bytes().to_vec();
-        let mut out = Vec::new();
-        while let Some(f) = take_frame(&mut buf) {
-            match parse_frame(&f) {
-                Ok(Frame::Events(e)) => out.extend(e),
-                Ok(Frame::Done) => break,
-                Err(e) => panic!("{e}"),
-            }
-        }
-        out
+    async fn collect(raw: &'static str) -> Vec<Result<GenEvent, LlmError>> {
+        // Split the bytes at awkward places, as a network would.
+        let parts: Vec<Result<Vec<u8>, std::convert::Infallible>> =
+            raw.as_bytes().chunks(7).map(|c| Ok(c.to_vec())).collect();
+        events(futures::stream::iter(parts)).collect().await
     }
 
-    #[test]
-    fn parses_openai_chunks_usage_and_done() {
-        let raw = concat!(
+    #[tokio::test]
+    async fn parses_openai_chunks_usage_and_done() {
+        let got = collect(concat!(
             ": keep-alive\n\n",
             "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n",
             "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\r\n\r\n",
@@ -317,49 +241,48 @@ mod tests {
             "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":2}}\n\n",
             "data: [DONE]\n\n",
             "data: {\"choices\":[{\"delta\":{\"content\":\"after done\"}}]}\n\n",
-        );
+        ))
+        .await;
         assert_eq!(
-            events(raw),
+            got,
             vec![
-                ChatEvent::Delta("Hel".into()),
-                ChatEvent::Delta("lo".into()),
-                ChatEvent::Finish("stop".into()),
-                ChatEvent::Usage(Usage {
+                Ok(GenEvent::Delta("Hel".into())),
+                Ok(GenEvent::Delta("lo".into())),
+                Ok(GenEvent::Finish("stop".into())),
+                Ok(GenEvent::Usage(Usage {
                     prompt_tokens: 12,
                     completion_tokens: 2
-                }),
+                })),
             ]
         );
     }
 
-    #[test]
-    fn llama_cpp_timings_count_as_usage_and_errors_surface() {
-        let raw = "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"length\"}],\"timings\":{\"prompt_n\":30,\"predicted_n\":8}}\n\n";
+    #[tokio::test]
+    async fn llama_cpp_timings_count_as_usage_and_errors_surface() {
+        let got = collect("data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"length\"}],\"timings\":{\"prompt_n\":30,\"predicted_n\":8}}\n\n").await;
         assert_eq!(
-            events(raw),
+            got,
             vec![
-                ChatEvent::Finish("length".into()),
-                ChatEvent::Usage(Usage {
+                Ok(GenEvent::Finish("length".into())),
+                Ok(GenEvent::Usage(Usage {
                     prompt_tokens: 30,
                     completion_tokens: 8
-                })
-            ]
+                }))
+            ],
+            "a finish reason without [DONE] is a complete stream"
         );
-        let mut buf = b"data: {\"error\":{\"message\":\"model overloaded\"}}\n\n".to_vec();
-        let f = take_frame(&mut buf).unwrap_or_default();
-        assert!(matches!(parse_frame(&f), Err(LlmError::Stream(m)) if m == "model overloaded"));
-        let mut buf = b"data: not json\n\n".to_vec();
-        let f = take_frame(&mut buf).unwrap_or_default();
-        assert!(matches!(parse_frame(&f), Err(LlmError::Protocol(_))));
+        let got = collect("data: {\"error\":{\"message\":\"model overloaded\"}}\n\n").await;
+        assert_eq!(got, vec![Err(LlmError::Stream("model overloaded".into()))]);
+        let got = collect("data: not json\n\n").await;
+        assert!(matches!(got.as_slice(), [Err(LlmError::Protocol(_))]));
     }
 
-    #[test]
-    fn frames_split_across_reads_wait_for_their_end() {
-        let mut buf = b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n".to_vec();
-        assert!(take_frame(&mut buf).is_none());
-        buf.extend_from_slice(b"\ndata: [DO");
-        assert!(take_frame(&mut buf).is_some());
-        assert!(take_frame(&mut buf).is_none());
-        assert_eq!(buf, b"data: [DO");
+    #[tokio::test]
+    async fn a_stream_that_stops_before_done_is_incomplete() {
+        let got = collect("data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n").await;
+        assert_eq!(
+            got,
+            vec![Ok(GenEvent::Delta("a".into())), Err(LlmError::Incomplete)]
+        );
     }
 }

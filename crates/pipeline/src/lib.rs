@@ -1,4 +1,4 @@
-//! The budget engine.
+//! The budget engine and the requests it runs.
 //!
 //! A request gets an absolute deadline when it arrives. Each stage of the
 //! request runs under `min(stage budget, time left − what later mandatory
@@ -6,16 +6,69 @@
 //! ends with an [`Outcome`]. The stage's [`Policy`] decides what the next stage
 //! gets. This crate is the only place that decides what happens when time
 //! runs out; the stages themselves only honour the deadline they are handed.
+//!
+//! - [`budget`]: deadlines, allotments, outcomes, spans ([`RequestBudget`]);
+//! - [`search`], [`rerank`], [`chat`], [`embeddings`]: the requests, written
+//!   against the stage traits of `ragtime-core`;
+//! - [`Pipeline`]: every request's owner (collection, budgets, recording);
+//! - [`corpus`]: ingestion into the store and the indexes;
+//! - [`budgets`], [`experiment`], [`advice`]: budgets at runtime;
+//! - [`backend`]: the LLM backends — admission gates, routing, hedging,
+//!   circuit breakers; [`load`]: how requests shrink as they fill up;
+//! - [`stats`]: what an LLM backend has shown of its speed;
+//! - [`stages`]: the CPU-bound stage crates behind the stage traits.
 
+pub mod advice;
+pub mod backend;
 mod blocking;
+pub mod budget;
+pub mod budgets;
 pub mod chat;
-mod engine;
+pub mod corpus;
+pub mod embeddings;
+pub mod experiment;
+pub mod load;
 mod profile;
-pub mod rag;
 pub mod rerank;
 pub mod search;
+mod service;
+pub mod stages;
+pub mod stats;
 
 pub use blocking::run_blocking;
-pub use engine::{Done, Policy, RequestBudget, StageCtx, StagePlan, StageRun};
+pub use budget::{Done, Policy, RequestBudget, StageCtx, StagePlan, StageRun};
 pub use profile::{BudgetProfile, ProfileError};
 pub use ragtime_core::{BudgetReport, Cancel, Outcome, Stage, StageError, StageReport};
+pub use service::{AbortOnDrop, ChatQuery, ChatStarted, Pipeline, SearchQuery, Settings};
+
+/// Why the pipeline refused or could not run a request.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    /// The collection does not exist (named as the caller named it).
+    #[error("unknown collection {0:?}")]
+    UnknownCollection(String),
+    /// A request field the pipeline cannot honour.
+    #[error("{field}: {message}")]
+    Invalid { field: String, message: String },
+    /// The budget ran out before anything could be returned.
+    #[error("{message}")]
+    BudgetExceeded {
+        message: String,
+        report: BudgetReport,
+    },
+    /// Every LLM backend's queue is full; try again after about
+    /// `retry_after`.
+    #[error("every llm backend is at its queue limit")]
+    Overloaded { retry_after: std::time::Duration },
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl PipelineError {
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::Invalid {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}

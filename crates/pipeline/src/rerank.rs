@@ -4,12 +4,8 @@
 //! and the retrieval score (each z-scored over the scored candidates); the
 //! rest keep their retrieval order after them.
 
-use crate::engine::{Done, RequestBudget};
-use crate::run_blocking;
-use crate::search::SearchHit;
-use ragtime_core::{Outcome, Stage};
-use ragtime_rerank::CrossEncoder;
-use std::sync::Arc;
+use crate::budget::{Done, RequestBudget};
+use ragtime_core::{Outcome, Passage, Reranker, Stage};
 
 /// The cross-encoder's weight in the blend by default, chosen on the SciFact
 /// train queries (`ragtime-bench rerank`).
@@ -27,7 +23,7 @@ pub struct RerankParams {
 }
 
 /// The text a cross-encoder sees for a hit (title, then the chunk).
-pub fn passage(hit: &SearchHit) -> String {
+pub fn passage(hit: &Passage) -> String {
     if hit.chunk.title.is_empty() {
         hit.chunk.text.clone()
     } else {
@@ -46,7 +42,7 @@ fn zscores(v: &[f32]) -> Vec<f32> {
 
 /// Reorders the first `ce.len()` hits by `weight·z(ce) + (1−weight)·z(retrieval)`;
 /// the others keep their order after them.
-pub fn blend(mut hits: Vec<SearchHit>, ce: &[f32], weight: f32) -> Vec<SearchHit> {
+pub fn blend(mut hits: Vec<Passage>, ce: &[f32], weight: f32) -> Vec<Passage> {
     let n = ce.len().min(hits.len());
     if n < 2 {
         return hits;
@@ -54,7 +50,7 @@ pub fn blend(mut hits: Vec<SearchHit>, ce: &[f32], weight: f32) -> Vec<SearchHit
     let rest = hits.split_off(n);
     let zc = zscores(&ce[..n]);
     let zr = zscores(&hits.iter().map(|h| h.score).collect::<Vec<_>>());
-    let mut scored: Vec<(f32, usize, SearchHit)> = hits
+    let mut scored: Vec<(f32, usize, Passage)> = hits
         .into_iter()
         .enumerate()
         .map(|(i, h)| (weight * zc[i] + (1.0 - weight) * zr[i], i, h))
@@ -67,29 +63,28 @@ pub fn blend(mut hits: Vec<SearchHit>, ce: &[f32], weight: f32) -> Vec<SearchHit
 /// Returns how many candidates were scored.
 pub async fn rerank(
     budget: &RequestBudget,
-    model: &Arc<CrossEncoder>,
+    model: &dyn Reranker,
     query: &str,
-    hits: Vec<SearchHit>,
+    hits: Vec<Passage>,
     params: RerankParams,
-) -> (Vec<SearchHit>, usize) {
+) -> (Vec<Passage>, usize) {
+    if hits.is_empty() {
+        budget.skip(Stage::Rerank, "no passages");
+        return (hits, 0);
+    }
     let depth = params.depth.min(hits.len());
     let texts: Vec<String> = hits[..depth].iter().map(passage).collect();
     let run = budget
-        .run(Stage::Rerank, |ctx| {
-            let (model, query) = (model.clone(), query.to_owned());
-            async move {
-                let mut scores: Vec<f32> = Vec::with_capacity(depth);
-                for batch in texts.chunks(params.batch.max(1)) {
-                    let (m, q, b) = (model.clone(), query.clone(), batch.to_vec());
-                    let s = run_blocking(ctx.cancel(), move |c| m.score(&q, &b, c)).await?;
-                    scores.extend(s);
-                    ctx.keep(
-                        scores.clone(),
-                        format!("scored {} of {depth}", scores.len()),
-                    );
-                }
-                Ok(Done::Full(scores))
+        .run(Stage::Rerank, |ctx| async move {
+            let mut scores: Vec<f32> = Vec::with_capacity(depth);
+            for batch in texts.chunks(params.batch.max(1)) {
+                scores.extend(model.score(query, batch.to_vec(), ctx.cancel()).await?);
+                ctx.keep(
+                    scores.clone(),
+                    format!("scored {} of {depth}", scores.len()),
+                );
             }
+            Ok(Done::Full(scores))
         })
         .await;
     match (run.outcome, run.value) {
@@ -104,24 +99,17 @@ pub async fn rerank(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ragtime_retrieve::ChunkEntry;
+    use std::sync::Arc;
 
-    fn hit(id: i64, score: f32) -> SearchHit {
-        SearchHit {
-            chunk: Arc::new(ChunkEntry {
-                chunk_id: id,
-                document_id: id,
-                external_id: format!("d{id}"),
-                position: 0,
-                title: String::new(),
-                metadata: Arc::new(serde_json::json!({})),
-                text: String::new(),
-            }),
+    fn hit(id: i64, score: f32) -> Passage {
+        let c = ragtime_testkit::chunk(id, &format!("d{id}"), "", "", serde_json::json!({}));
+        Passage {
+            chunk: Arc::new(c),
             score,
         }
     }
 
-    fn ids(h: &[SearchHit]) -> Vec<i64> {
+    fn ids(h: &[Passage]) -> Vec<i64> {
         h.iter().map(|h| h.chunk.chunk_id).collect()
     }
 

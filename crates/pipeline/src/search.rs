@@ -1,18 +1,22 @@
 //! The search request: embed the query (falling back to lexical-only when
 //! that overruns), then dense and lexical retrieval concurrently under the
-//! `retrieve` budget, fused with reciprocal rank fusion.
+//! `retrieve` budget, fused with reciprocal rank fusion, then (when asked
+//! and a cross-encoder is configured) anytime reranking.
 
-use crate::engine::{Done, Policy, RequestBudget, StageCtx, StagePlan};
-use crate::run_blocking;
-use ragtime_core::{BudgetReport, Filter, Stage, StageError, reciprocal_rank_fusion};
-use ragtime_embed::EmbedService;
-use ragtime_retrieve::{ChunkEntry, CollectionIndex, Hit};
+use crate::budget::{Done, Policy, RequestBudget, StageCtx, StagePlan};
+use crate::rerank::{RerankParams, rerank};
+use ragtime_core::{
+    BudgetReport, Embedder, Filter, Hit, Passage, Reranker, Retriever, Stage, StageError,
+    reciprocal_rank_fusion,
+};
 use std::future::Future;
 use std::sync::Arc;
 use tracing::Instrument;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Mode {
+    #[default]
     Hybrid,
     Dense,
     Lexical,
@@ -26,18 +30,27 @@ pub struct SearchRequest {
     pub filter: Filter,
 }
 
-#[derive(Debug, Clone)]
-pub struct SearchHit {
-    pub chunk: Arc<ChunkEntry>,
-    pub score: f32,
-}
-
 #[derive(Debug)]
 pub struct SearchOutcome {
-    pub hits: Vec<SearchHit>,
+    pub hits: Vec<Passage>,
     pub report: BudgetReport,
     /// Which retrievers answered (`dense`, `lexical`).
     pub sources: Vec<&'static str>,
+}
+
+impl SearchOutcome {
+    /// Whether any stage did less than all of its work.
+    pub fn partial(&self) -> bool {
+        self.report.first_degraded().is_some()
+    }
+}
+
+/// The stages a search runs with.
+pub struct SearchDeps<'a> {
+    pub embedder: &'a dyn Embedder,
+    pub retriever: &'a dyn Retriever,
+    /// Rerank the candidates, when asked for.
+    pub reranker: Option<(&'a dyn Reranker, RerankParams)>,
 }
 
 /// Candidates fetched from each retriever before fusion.
@@ -57,16 +70,34 @@ pub const RERANK_PLAN: [StagePlan; 3] = [
     StagePlan::new(Stage::Rerank, Policy::Optional),
 ];
 
-/// Runs a search under `budget` (planned with [`SEARCH_PLAN`] or a longer
-/// plan that starts with it).
-pub async fn search(
+/// The plan of a search with or without reranking.
+pub fn plan(rerank: bool) -> &'static [StagePlan] {
+    if rerank { &RERANK_PLAN } else { &SEARCH_PLAN }
+}
+
+/// Runs a search under `budget` (planned with [`plan`]).
+pub async fn run(
     budget: &RequestBudget,
-    embedder: &Arc<EmbedService>,
-    index: &Arc<CollectionIndex>,
+    deps: &SearchDeps<'_>,
     req: &SearchRequest,
 ) -> SearchOutcome {
-    let vector = embed_query(budget, embedder, &req.query, req.mode).await;
-    retrieve(budget, index, req, vector).await
+    let vector = embed_query(budget, deps.embedder, &req.query, req.mode).await;
+    let depth = deps.reranker.map_or(0, |(_, p)| p.depth);
+    let mut out = retrieve(budget, deps.retriever, req, vector, req.top_k.max(depth)).await;
+    if let Some((model, params)) = deps.reranker {
+        out.hits = rerank(
+            budget,
+            model,
+            &req.query,
+            std::mem::take(&mut out.hits),
+            params,
+        )
+        .await
+        .0;
+    }
+    out.hits.truncate(req.top_k);
+    out.report = budget.report();
+    out
 }
 
 /// The `embed` stage: the query vector, or `None` when lexical-only was
@@ -74,7 +105,7 @@ pub async fn search(
 /// on lexical-only).
 pub async fn embed_query(
     budget: &RequestBudget,
-    embedder: &Arc<EmbedService>,
+    embedder: &dyn Embedder,
     query: &str,
     mode: Mode,
 ) -> Option<Arc<Vec<f32>>> {
@@ -82,15 +113,14 @@ pub async fn embed_query(
         budget.skip(Stage::Embed, "lexical mode");
         return None;
     }
-    let q = query.to_owned();
-    let svc = embedder.clone();
     budget
         .run_with_fallback(
             Stage::Embed,
             |ctx| async move {
-                svc.embed_query(&q, ctx.cancel())
+                embedder
+                    .embed_query(query, ctx.cancel())
                     .await
-                    .map(|(v, _)| Done::Full(Some(v)))
+                    .map(|v| Done::Full(Some(v)))
             },
             |_ctx| async { Ok(Done::Full(None)) },
         )
@@ -100,99 +130,80 @@ pub async fn embed_query(
 }
 
 /// The `retrieve` stage: dense (when there is a query vector) and lexical
-/// retrieval side by side, fused.
+/// retrieval side by side, fused; `top_k` passages at most.
 pub async fn retrieve(
     budget: &RequestBudget,
-    index: &Arc<CollectionIndex>,
+    retriever: &dyn Retriever,
     req: &SearchRequest,
     vector: Option<Arc<Vec<f32>>>,
+    top_k: usize,
 ) -> SearchOutcome {
-    let allowed = index.allowed(&req.filter);
-    let k = candidates(req.top_k);
-
-    // 2. Dense and lexical side by side; whichever finishes is kept.
+    let k = candidates(top_k);
     let want_lexical = req.mode != Mode::Dense || vector.is_none();
-    let query = req.query.clone();
     let run = budget
-        .run(Stage::Retrieve, |ctx| {
+        .run(Stage::Retrieve, |ctx| async move {
             let cancel = ctx.cancel();
-            let dense = {
-                let (index, allowed, cancel) = (index.clone(), allowed.clone(), cancel.clone());
-                async move {
-                    match vector {
-                        Some(v) => {
-                            run_blocking(cancel, move |c| {
-                                Ok(Some(index.dense_search(&v, k, &allowed, c).0))
-                            })
-                            .await
-                        }
-                        None => Ok(None),
-                    }
-                }
-            };
-            let lexical = {
-                let (index, allowed) = (index.clone(), allowed.clone());
-                async move {
-                    if want_lexical {
-                        run_blocking(cancel, move |_| {
-                            index
-                                .lexical_search(&query, k, &allowed)
-                                .map(Some)
-                                .map_err(|e| StageError::Backend(e.to_string()))
-                        })
+            // Created here, inside the stage's span, so they are its children.
+            let dense = async {
+                match vector {
+                    Some(v) => retriever
+                        .dense(v, k, &req.filter, cancel.clone())
                         .await
-                    } else {
-                        Ok(None)
-                    }
+                        .map(Some),
+                    None => Ok(None),
                 }
-            };
-            async move {
-                // Created here, inside the stage's span, so they are its children.
-                let dense = dense.instrument(tracing::info_span!("dense"));
-                let lexical = lexical.instrument(tracing::info_span!("lexical"));
-                both(dense, lexical, &ctx).await
             }
+            .instrument(tracing::info_span!("dense"));
+            let lexical = async {
+                if want_lexical {
+                    retriever
+                        .lexical(&req.query, k, &req.filter, cancel.clone())
+                        .await
+                        .map(Some)
+                } else {
+                    Ok(None)
+                }
+            }
+            .instrument(tracing::info_span!("lexical"));
+            both(dense, lexical, &ctx).await
         })
         .await;
-
     let (dense, lexical) = run.value.unwrap_or((None, None));
-    let mut sources = Vec::new();
-    let hits: Vec<Hit> = match (dense, lexical) {
-        (Some(d), Some(l)) => {
-            sources = vec!["dense", "lexical"];
-            let lists = [
-                d.iter().map(|h| h.chunk_id).collect(),
-                l.iter().map(|h| h.chunk_id).collect(),
-            ];
-            reciprocal_rank_fusion(&lists, ragtime_core::fusion::RRF_K)
-                .into_iter()
-                .map(|(chunk_id, score)| Hit { chunk_id, score })
-                .collect()
-        }
-        (Some(d), None) => {
-            sources.push("dense");
-            d
-        }
-        (None, Some(l)) => {
-            sources.push("lexical");
-            l
-        }
-        (None, None) => Vec::new(),
-    };
+    let (hits, sources) = fuse(dense, lexical);
     let hits = hits
         .into_iter()
         .filter_map(|h| {
-            index.chunk(h.chunk_id).map(|chunk| SearchHit {
+            retriever.chunk(h.chunk_id).map(|chunk| Passage {
                 chunk,
                 score: h.score,
             })
         })
-        .take(req.top_k)
+        .take(top_k)
         .collect();
     SearchOutcome {
         hits,
         report: budget.report(),
         sources,
+    }
+}
+
+/// One ranking from what the retrievers returned, and which did.
+fn fuse(dense: Option<Vec<Hit>>, lexical: Option<Vec<Hit>>) -> (Vec<Hit>, Vec<&'static str>) {
+    match (dense, lexical) {
+        (Some(d), Some(l)) => {
+            let lists = [
+                d.iter().map(|h| h.chunk_id).collect(),
+                l.iter().map(|h| h.chunk_id).collect(),
+            ];
+            let fused = reciprocal_rank_fusion(&lists, ragtime_core::fusion::RRF_K)
+                .into_iter()
+                .map(|(chunk_id, score)| Hit { chunk_id, score })
+                .collect();
+            (fused, vec!["dense", "lexical"])
+        }
+        (Some(d), None) => (d, vec!["dense"]),
+        (None, Some(l)) => (l, vec!["lexical"]),
+        (None, None) => (Vec::new(), Vec::new()),
     }
 }
 

@@ -3,7 +3,7 @@
 //! commits were made, with the real model on a temporary SQLite store.
 
 use ragtime_embed::{EmbedService, EmbedderOptions, OnnxEmbedder, ServiceOptions};
-use ragtime_pipeline::rag::{ChunkParams, IngestDoc, Rag};
+use ragtime_pipeline::corpus::{ChunkParams, Corpus as Rag, IngestDoc};
 use ragtime_store::{Store, Upsert};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -32,12 +32,13 @@ async fn rag() -> (Rag, tempfile::TempDir) {
         passage_int8: true,
     })
     .unwrap_or_else(|e| panic!("run `make setup` first: {e}"));
-    let svc = EmbedService::new(model, ServiceOptions::default());
     let params = ChunkParams {
         max_tokens: 64,
         overlap: 8,
     };
-    (Rag::new(store, Arc::new(svc), params), dir)
+    let chunker = model.chunker(params.max_tokens, params.overlap);
+    let svc = EmbedService::new(model, ServiceOptions::default());
+    (Rag::new(store, Arc::new(svc), chunker, params), dir)
 }
 
 fn doc(id: &str, text: &str) -> IngestDoc {

@@ -12,11 +12,11 @@
 #[path = "../../bench/src/data.rs"]
 mod data;
 
+use ragtime_core::Passage as SearchHit;
 use ragtime_core::{Cancel, Filter};
 use ragtime_pipeline::rerank::{DEFAULT_WEIGHT, blend, passage};
-use ragtime_pipeline::search::SearchHit;
 use ragtime_rerank::{CrossEncoder, RerankOptions};
-use ragtime_retrieve::{ChunkEntry, CollectionIndex, DenseParams};
+use ragtime_retrieve::{Chunk, CollectionIndex, DenseParams};
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -50,16 +50,13 @@ fn ndcg_at_10(hits: &[SearchHit], relevant: &HashSet<String>) -> f64 {
 }
 
 #[test]
-fn reranking_with_the_shared_model_does_not_lower_ndcg_on_scifact_train() {
-    let Some(dir) = std::env::var_os("RAGTIME_TEST_RERANK_DIR").map(PathBuf::from) else {
-        eprintln!("RAGTIME_TEST_RERANK_DIR is not set: the rerank quality test did not run");
-        return;
-    };
-    let scifact = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/scifact");
-    if std::env::var_os("RAGTIME_SCIFACT").is_none() && !scifact.is_dir() {
-        eprintln!("no SciFact data beside the clone: the rerank quality test did not run");
-        return;
-    }
+#[ignore = "needs ../shared (the cross-encoder and SciFact)"]
+fn needs_shared_reranking_does_not_lower_ndcg_on_scifact_train() {
+    let dir = PathBuf::from(ragtime_testkit::need(
+        "RAGTIME_TEST_RERANK_DIR",
+        "the shared cross-encoder (../shared/models/ce-minilm-l6)",
+    ));
+    ragtime_testkit::need("RAGTIME_SCIFACT", "SciFact (../shared/data/scifact)");
     let data = data::load_scifact();
     let ce = CrossEncoder::load(&RerankOptions {
         model_dir: dir,
@@ -81,7 +78,7 @@ fn reranking_with_the_shared_model_does_not_lower_ndcg_on_scifact_train() {
             let n = i as i64 + 1;
             let angle = n as f32;
             (
-                ChunkEntry {
+                Chunk {
                     chunk_id: n,
                     document_id: n,
                     external_id: id.clone(),

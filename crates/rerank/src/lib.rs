@@ -5,7 +5,7 @@
 
 use ort::session::Session;
 use ragtime_core::{Cancel, StageError};
-use ragtime_embed::{BertBatch, configure_tokenizer, load_session};
+use ragtime_onnx::{BertBatch, configure_tokenizer, load_session};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 use thiserror::Error;
@@ -16,7 +16,7 @@ pub enum RerankLoadError {
     #[error("{path}: {message}")]
     File { path: PathBuf, message: String },
     #[error(transparent)]
-    Load(#[from] ragtime_embed::LoadError),
+    Load(#[from] ragtime_onnx::LoadError),
 }
 
 /// Settings for [`CrossEncoder::load`].
@@ -87,7 +87,7 @@ impl CrossEncoder {
     }
 
     /// One logit per passage for `query` (higher = more relevant). Checks
-    /// `cancel` before running.
+    /// `cancel` before tokenizing and again once it holds the session.
     pub fn score(
         &self,
         query: &str,
@@ -113,6 +113,10 @@ impl CrossEncoder {
         let batch = inputs.batch;
         let t = |v: &[i64]| inputs.tensor(v).map_err(|e| backend(&e));
         let mut session = self.session.lock().unwrap_or_else(PoisonError::into_inner);
+        // The wait for the session may have outlasted the stage.
+        if cancel.is_cancelled() {
+            return Err(StageError::Cancelled);
+        }
         let out = session
             .run(ort::inputs![
                 "input_ids" => t(&inputs.ids)?,

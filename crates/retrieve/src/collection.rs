@@ -2,7 +2,7 @@
 
 use crate::dense::{Dense, DenseParams, SearchPath};
 use crate::lexical::Lexical;
-use crate::{ChunkEntry, Hit, IndexError};
+use crate::{Chunk, Hit, IndexError};
 use ragtime_core::{Cancel, Filter};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -16,7 +16,7 @@ struct DocEntry {
 
 #[derive(Default)]
 struct Corpus {
-    chunks: HashMap<i64, Arc<ChunkEntry>>,
+    chunks: HashMap<i64, Arc<Chunk>>,
     docs: HashMap<i64, DocEntry>,
 }
 
@@ -75,7 +75,7 @@ impl CollectionIndex {
         self.len() == 0
     }
 
-    pub fn chunk(&self, id: i64) -> Option<Arc<ChunkEntry>> {
+    pub fn chunk(&self, id: i64) -> Option<Arc<Chunk>> {
         self.corpus
             .read()
             .unwrap_or_else(PoisonError::into_inner)
@@ -86,7 +86,7 @@ impl CollectionIndex {
 
     /// Adds chunks with their embeddings to both indexes and commits the
     /// lexical index, so they are searchable when this returns.
-    pub fn add(&self, chunks: Vec<(ChunkEntry, Vec<f32>)>) -> Result<(), IndexError> {
+    pub fn add(&self, chunks: Vec<(Chunk, Vec<f32>)>) -> Result<(), IndexError> {
         if chunks.is_empty() {
             return Ok(());
         }

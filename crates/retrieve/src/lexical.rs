@@ -1,7 +1,7 @@
 //! BM25 over chunk titles and texts with tantivy (English stemming).
 
 use crate::collection::Allowed;
-use crate::{ChunkEntry, Hit, IndexError};
+use crate::{Chunk, Hit, IndexError};
 use std::sync::{Mutex, PoisonError};
 use tantivy::collector::{FilterCollector, TopDocs};
 use tantivy::query::QueryParser;
@@ -46,7 +46,7 @@ impl Lexical {
         })
     }
 
-    pub fn add<'a>(&self, chunks: impl Iterator<Item = &'a ChunkEntry>) -> Result<(), IndexError> {
+    pub fn add<'a>(&self, chunks: impl Iterator<Item = &'a Chunk>) -> Result<(), IndexError> {
         let mut w = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
         for c in chunks {
             w.add_document(doc!(

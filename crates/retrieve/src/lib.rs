@@ -16,6 +16,7 @@ pub use collection::{Allowed, CollectionIndex};
 pub use dense::{DenseParams, SearchPath};
 
 use ragtime_core::Filter;
+pub use ragtime_core::{Chunk, Hit};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
@@ -27,25 +28,6 @@ pub enum IndexError {
     Lexical(#[from] tantivy::TantivyError),
     #[error("vector has {got} dimensions, the index {want}")]
     Dim { got: usize, want: usize },
-}
-
-/// One chunk as the indexes and search results see it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ChunkEntry {
-    pub chunk_id: i64,
-    pub document_id: i64,
-    pub external_id: String,
-    pub position: i32,
-    pub title: String,
-    pub metadata: Arc<Value>,
-    pub text: String,
-}
-
-/// A scored search hit (higher is better).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Hit {
-    pub chunk_id: i64,
-    pub score: f32,
 }
 
 /// All collections' indexes.

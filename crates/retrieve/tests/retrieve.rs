@@ -2,7 +2,7 @@
 //! maintenance (replace, delete).
 
 use ragtime_core::{Cancel, Filter};
-use ragtime_retrieve::{Allowed, ChunkEntry, CollectionIndex, DenseParams, SearchPath};
+use ragtime_retrieve::{Allowed, Chunk, CollectionIndex, DenseParams, SearchPath};
 use serde_json::json;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -45,8 +45,8 @@ fn vectors(n: usize, dim: usize, seed: u64) -> Vec<Vec<f32>> {
         .collect()
 }
 
-fn entry(id: i64, text: &str, meta: serde_json::Value) -> ChunkEntry {
-    ChunkEntry {
+fn entry(id: i64, text: &str, meta: serde_json::Value) -> Chunk {
+    Chunk {
         chunk_id: id,
         document_id: id,
         external_id: format!("doc-{id}"),

@@ -90,3 +90,36 @@ impl Store {
         Ok(on_pool!(self, p => sqlx::query_as(q).fetch_all(p).await?))
     }
 }
+
+impl Store {
+    /// Sets a tenant's queue priority (`Some`) or removes it (`None`);
+    /// `false` when there was none to remove.
+    pub async fn set_tenant_priority(
+        &self,
+        tenant: &str,
+        priority: Option<u8>,
+    ) -> Result<bool, StoreError> {
+        let Some(priority) = priority else {
+            let q = "DELETE FROM tenant_priorities WHERE tenant = $1";
+            let n =
+                on_pool!(self, p => sqlx::query(q).bind(tenant).execute(p).await?.rows_affected());
+            return Ok(n > 0);
+        };
+        let q = "INSERT INTO tenant_priorities (tenant, priority, changed_ms) VALUES ($1, $2, $3) \
+                 ON CONFLICT (tenant) DO UPDATE SET priority = excluded.priority, changed_ms = excluded.changed_ms";
+        on_pool!(self, p => {
+            sqlx::query(q).bind(tenant).bind(i32::from(priority)).bind(now_ms()).execute(p).await?;
+        });
+        Ok(true)
+    }
+
+    /// Every tenant's priority: (tenant, priority).
+    pub async fn tenant_priorities(&self) -> Result<Vec<(String, u8)>, StoreError> {
+        let q = "SELECT tenant, priority FROM tenant_priorities ORDER BY tenant";
+        let rows: Vec<(String, i32)> = on_pool!(self, p => sqlx::query_as(q).fetch_all(p).await?);
+        Ok(rows
+            .into_iter()
+            .map(|(t, p)| (t, u8::try_from(p.clamp(0, 255)).unwrap_or(0)))
+            .collect())
+    }
+}

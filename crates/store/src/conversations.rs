@@ -2,6 +2,7 @@
 //! is stored, so a later request with the same `conversation_id` gets the
 //! last turns in its prompt.
 
+use crate::BeginWrite;
 use crate::{Pool, Store, StoreError, now_ms};
 
 /// One stored message.
@@ -25,7 +26,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         let at = now_ms();
         on_pool!(self, p => {
-            let mut tx = p.begin().await?;
+            let mut tx = p.begin_write().await?;
             sqlx::query("INSERT INTO conversations (id, collection, created_ms) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING")
                 .bind(conversation_id)
                 .bind(collection)

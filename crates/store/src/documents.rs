@@ -2,6 +2,7 @@
 //! (`$N` placeholders work in SQLite and PostgreSQL alike); the `on_pool!`
 //! macro runs it on whichever pool the store holds.
 
+use crate::BeginWrite;
 use crate::{Pool, Store, StoreError, now_ms};
 
 /// A chunk to store with its document.
@@ -181,7 +182,7 @@ impl Store {
         docs: &[NewDocument],
     ) -> Result<Vec<WriteReceipt>, StoreError> {
         on_pool!(self, p => {
-            let mut tx = p.begin().await?;
+            let mut tx = p.begin_write().await?;
             let mut receipts = Vec::with_capacity(docs.len());
             let mut wrote = false;
             for doc in docs {
@@ -279,7 +280,7 @@ impl Store {
         external_id: &str,
     ) -> Result<Option<WriteReceipt>, StoreError> {
         on_pool!(self, p => {
-            let mut tx = p.begin().await?;
+            let mut tx = p.begin_write().await?;
             let id: Option<i64> = sqlx::query_scalar("SELECT id FROM documents WHERE collection_id = $1 AND external_id = $2")
                 .bind(collection_id)
                 .bind(external_id)

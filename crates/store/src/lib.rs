@@ -14,6 +14,32 @@ macro_rules! on_pool {
     };
 }
 
+/// A transaction that will write. On SQLite it takes the write lock at
+/// `BEGIN` (`IMMEDIATE`): a deferred transaction that reads first and then
+/// writes cannot wait for a concurrent writer (the busy timeout does not
+/// apply to the upgrade) and fails at once with "database is locked".
+trait BeginWrite {
+    type Db: sqlx::Database;
+    fn begin_write(
+        &self,
+    ) -> impl std::future::Future<Output = Result<sqlx::Transaction<'static, Self::Db>, sqlx::Error>>
+    + Send;
+}
+
+impl BeginWrite for SqlitePool {
+    type Db = sqlx::Sqlite;
+    async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, sqlx::Error> {
+        self.begin_with("BEGIN IMMEDIATE").await
+    }
+}
+
+impl BeginWrite for PgPool {
+    type Db = sqlx::Postgres;
+    async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
+        self.begin().await
+    }
+}
+
 mod api_keys;
 mod budgets;
 mod conversations;

@@ -11,8 +11,8 @@ struct PgDb {
 }
 
 impl PgDb {
-    async fn create() -> Option<PgDb> {
-        let admin_url = std::env::var("RAGTIME_TEST_DATABASE_URL").ok()?;
+    async fn create() -> PgDb {
+        let admin_url = ragtime_testkit::need("RAGTIME_TEST_DATABASE_URL", "PostgreSQL");
         let name = format!("ragtime_t_{}", uuid::Uuid::new_v4().simple());
         let admin = sqlx::PgPool::connect(&admin_url)
             .await
@@ -26,11 +26,11 @@ impl PgDb {
             .rsplit_once('/')
             .map_or(admin_url.as_str(), |(b, _)| b);
         let url = format!("{base}/{name}");
-        Some(PgDb {
+        PgDb {
             admin_url,
             name,
             url,
-        })
+        }
     }
 
     async fn drop_db(self) {
@@ -286,11 +286,9 @@ async fn sqlite_store_migrates_and_survives_reopen() {
 }
 
 #[tokio::test]
-async fn postgres_store_migrates_and_survives_reopen() {
-    let Some(db) = PgDb::create().await else {
-        eprintln!("RAGTIME_TEST_DATABASE_URL is not set: PostgreSQL test did not run");
-        return;
-    };
+#[ignore = "needs PostgreSQL (RAGTIME_TEST_DATABASE_URL)"]
+async fn needs_postgres_store_migrates_and_survives_reopen() {
+    let db = PgDb::create().await;
     let store = Store::open(&db.url).await.expect("open postgres");
     assert_eq!(store.backend(), Backend::Postgres);
     check_fresh_store(&store).await;

@@ -8,6 +8,7 @@
 //! format (`traceparent` in, `traceparent` out).
 
 pub mod metrics;
+pub mod window;
 
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
 use opentelemetry::trace::TracerProvider as _;

@@ -1,13 +1,21 @@
-//! Prometheus metrics, rendered in the text exposition format, plus a
-//! sliding window of recent stage latencies for live percentiles. Small on
-//! purpose: label sets are few and fixed (stage × outcome), so a map of
-//! atomic histograms behind a mutex is all it takes.
+//! Prometheus metrics through `prometheus-client` (OpenMetrics text), with
+//! label sets typed from the pipeline's [`Stage`] and [`Outcome`], plus the
+//! live stage percentiles of [`LatencyWindow`] and the counts the admin
+//! page reads back.
 
-use std::collections::{BTreeMap, VecDeque};
+use crate::window::LatencyWindow;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::exemplar::HistogramWithExemplars;
+use prometheus_client::metrics::family::{Family, MetricConstructor};
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use ragtime_core::{BudgetReport, Outcome, Stage};
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 /// Upper bounds in seconds: 1 ms to 30 s, roughly ×2.5 apart.
 pub const LATENCY_BUCKETS: [f64; 14] = [
@@ -16,449 +24,532 @@ pub const LATENCY_BUCKETS: [f64; 14] = [
 /// Time per output token: 1 ms to 1 s.
 pub const TOKEN_BUCKETS: [f64; 10] = [0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.15, 0.3, 1.0];
 
-#[derive(Debug)]
-pub struct Histogram {
-    bounds: &'static [f64],
-    counts: Vec<AtomicU64>,
-    /// Sum in microseconds.
-    sum_us: AtomicU64,
-    count: AtomicU64,
-}
+/// The content type of [`Metrics::render`].
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-impl Histogram {
-    fn new(bounds: &'static [f64]) -> Self {
-        Self {
-            bounds,
-            counts: (0..bounds.len()).map(|_| AtomicU64::new(0)).collect(),
-            sum_us: AtomicU64::new(0),
-            count: AtomicU64::new(0),
-        }
-    }
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct StageLabel(pub Stage);
 
-    pub fn observe(&self, d: Duration) {
-        let s = d.as_secs_f64();
-        for (b, c) in self.bounds.iter().zip(&self.counts) {
-            if s <= *b {
-                c.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        self.sum_us.fetch_add(
-            u64::try_from(d.as_micros()).unwrap_or(u64::MAX),
-            Ordering::Relaxed,
-        );
-        self.count.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub fn count(&self) -> u64 {
-        self.count.load(Ordering::Relaxed)
+impl EncodeLabelValue for StageLabel {
+    fn encode(&self, e: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        e.write_str(self.0.name())
     }
 }
 
-type Labels = Vec<(&'static str, String)>;
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct OutcomeLabel(pub Outcome);
 
-fn label_text(labels: &Labels) -> String {
-    if labels.is_empty() {
-        return String::new();
-    }
-    let inner: Vec<String> = labels
-        .iter()
-        .map(|(k, v)| format!("{k}=\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\"")))
-        .collect();
-    format!("{{{}}}", inner.join(","))
-}
-
-struct Family<T> {
-    name: &'static str,
-    help: &'static str,
-    series: Mutex<BTreeMap<Labels, Arc<T>>>,
-}
-
-impl<T> Family<T> {
-    fn new(name: &'static str, help: &'static str) -> Self {
-        Self {
-            name,
-            help,
-            series: Mutex::new(BTreeMap::new()),
-        }
-    }
-
-    fn get(&self, labels: Labels, make: impl FnOnce() -> T) -> Arc<T> {
-        self.series
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(labels)
-            .or_insert_with(|| Arc::new(make()))
-            .clone()
-    }
-
-    fn snapshot(&self) -> Vec<(Labels, Arc<T>)> {
-        self.series
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
+impl EncodeLabelValue for OutcomeLabel {
+    fn encode(&self, e: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        e.write_str(self.0.name())
     }
 }
 
-/// Counts since start (see [`Metrics::totals`]).
+/// A stage, or the request's total.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub enum BudgetOf {
+    Stage(Stage),
+    Total,
+}
+
+impl EncodeLabelValue for BudgetOf {
+    fn encode(&self, e: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        e.write_str(match self {
+            BudgetOf::Stage(s) => s.name(),
+            BudgetOf::Total => "total",
+        })
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub enum CacheResult {
+    Hit,
+    Miss,
+}
+
+impl EncodeLabelValue for CacheResult {
+    fn encode(&self, e: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        e.write_str(match self {
+            CacheResult::Hit => "hit",
+            CacheResult::Miss => "miss",
+        })
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StageOutcome {
+    pub stage: StageLabel,
+    pub outcome: OutcomeLabel,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StageOnly {
+    pub stage: StageLabel,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Reason {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteStatus {
+    pub route: String,
+    pub status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CacheLabels {
+    pub result: CacheResult,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BudgetLabels {
+    pub stage: BudgetOf,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BackendLabel {
+    pub backend: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShedLabels {
+    pub backend: String,
+    /// `shed` (waiting could not pay off), `full` (queue at its limit).
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BreakerLabels {
+    pub backend: String,
+    pub state: String,
+}
+
+/// The exemplar of a latency bucket: the trace of a request that fell in it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TraceLabel {
+    pub trace_id: String,
+}
+
+pub type LatencyHistogram = HistogramWithExemplars<TraceLabel>;
+
+#[derive(Clone)]
+struct Buckets(&'static [f64]);
+
+impl MetricConstructor<LatencyHistogram> for Buckets {
+    fn new_metric(&self) -> LatencyHistogram {
+        HistogramWithExemplars::new(self.0.iter().copied())
+    }
+}
+
+/// Counts since start, read back by the admin page.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Totals {
-    pub runs: BTreeMap<String, u64>,
-    pub overruns: BTreeMap<String, u64>,
+    /// Per stage: how often it ran (not skipped), and overran.
+    pub runs: Vec<(Stage, u64)>,
+    pub overruns: Vec<(Stage, u64)>,
+    /// Partial answers.
     pub partial: u64,
-    pub requests: u64,
-}
-
-/// Live percentiles of recent stage latencies.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct StageStats {
-    pub count: usize,
-    pub p50_ms: f64,
-    pub p95_ms: f64,
-    pub p99_ms: f64,
+    /// Chat requests answered 200.
+    pub chat_ok: u64,
 }
 
 /// Every metric the service exports.
 pub struct Metrics {
-    stage: Family<Histogram>,
-    overruns: Family<AtomicU64>,
-    partial: Family<AtomicU64>,
-    requests: Family<AtomicU64>,
-    cache: Family<AtomicU64>,
-    ttft: Histogram,
+    registry: Registry,
+    stage: Family<StageOutcome, LatencyHistogram, Buckets>,
+    overruns: Family<StageOnly, Counter>,
+    partial: Family<Reason, Counter>,
+    requests: Family<RouteStatus, Counter>,
+    cache: Family<CacheLabels, Counter>,
+    cache_ratio: Gauge<f64, AtomicU64>,
+    ttft: LatencyHistogram,
     tpot: Histogram,
-    in_flight: AtomicI64,
-    llm_in_flight: AtomicI64,
-    window: Duration,
-    recent: Mutex<BTreeMap<&'static str, VecDeque<(Instant, f64)>>>,
+    in_flight: Gauge,
+    llm_in_flight: Gauge,
+    budgets: Family<BudgetLabels, Gauge<f64, AtomicU64>>,
+    queue_depth: Family<BackendLabel, Gauge>,
+    backend_busy: Family<BackendLabel, Gauge>,
+    breaker: Family<BreakerLabels, Gauge>,
+    queue_wait: Histogram,
+    shed: Family<ShedLabels, Counter>,
+    hedges: Counter,
+    load_level: Gauge,
+    first_chunk: Histogram,
+    runs: [AtomicU64; Stage::ALL.len()],
+    partial_total: AtomicU64,
+    /// Live percentiles over the last five minutes.
+    pub window: LatencyWindow,
 }
-
-/// Samples kept per stage for the live percentiles.
-const WINDOW_SAMPLES: usize = 4096;
 
 impl Default for Metrics {
     fn default() -> Self {
-        Self::new(Duration::from_secs(300))
+        Self::new()
     }
 }
 
 impl Metrics {
-    /// `window`: how far back the live percentiles look.
-    pub fn new(window: Duration) -> Self {
-        Self {
-            stage: Family::new(
-                "ragtime_stage_duration_seconds",
-                "Time each pipeline stage took, by stage and outcome.",
-            ),
-            overruns: Family::new(
-                "ragtime_stage_overruns_total",
-                "Stages that ran out of their budget.",
-            ),
-            partial: Family::new(
-                "ragtime_partial_answers_total",
-                "Answers degraded by a stage (the stage that degraded them).",
-            ),
-            requests: Family::new(
-                "ragtime_http_requests_total",
-                "HTTP requests by route and status.",
-            ),
-            cache: Family::new(
-                "ragtime_cache_lookups_total",
-                "Semantic cache lookups by result (hit, miss).",
-            ),
-            ttft: Histogram::new(&LATENCY_BUCKETS),
-            tpot: Histogram::new(&TOKEN_BUCKETS),
-            in_flight: AtomicI64::new(0),
-            llm_in_flight: AtomicI64::new(0),
-            window,
-            recent: Mutex::new(BTreeMap::new()),
-        }
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let stage = Family::new_with_constructor(Buckets(&LATENCY_BUCKETS));
+        registry.register(
+            "ragtime_stage_duration_seconds",
+            "Time each pipeline stage took, by stage and outcome",
+            stage.clone(),
+        );
+        let m = Self {
+            stage,
+            overruns: Family::default(),
+            partial: Family::default(),
+            requests: Family::default(),
+            cache: Family::default(),
+            cache_ratio: Gauge::default(),
+            ttft: HistogramWithExemplars::new(LATENCY_BUCKETS.iter().copied()),
+            tpot: Histogram::new(TOKEN_BUCKETS.iter().copied()),
+            in_flight: Gauge::default(),
+            llm_in_flight: Gauge::default(),
+            budgets: Family::default(),
+            queue_depth: Family::default(),
+            backend_busy: Family::default(),
+            breaker: Family::default(),
+            queue_wait: Histogram::new(LATENCY_BUCKETS.iter().copied()),
+            shed: Family::default(),
+            hedges: Counter::default(),
+            load_level: Gauge::default(),
+            first_chunk: Histogram::new(LATENCY_BUCKETS.iter().copied()),
+            runs: Default::default(),
+            partial_total: AtomicU64::new(0),
+            window: LatencyWindow::new(Duration::from_secs(300)),
+            registry,
+        };
+        m.register_rest()
+    }
+
+    fn register_rest(mut self) -> Self {
+        let r = &mut self.registry;
+        r.register(
+            "ragtime_stage_overruns",
+            "Stages that ran out of their budget",
+            self.overruns.clone(),
+        );
+        r.register(
+            "ragtime_partial_answers",
+            "Answers degraded by a stage (the stage that degraded them)",
+            self.partial.clone(),
+        );
+        r.register(
+            "ragtime_http_requests",
+            "HTTP requests by route and status",
+            self.requests.clone(),
+        );
+        r.register(
+            "ragtime_cache_lookups",
+            "Semantic cache lookups by result (hit, miss)",
+            self.cache.clone(),
+        );
+        r.register(
+            "ragtime_cache_hit_ratio",
+            "Semantic cache hits over lookups since start",
+            self.cache_ratio.clone(),
+        );
+        r.register(
+            "ragtime_llm_ttft_seconds",
+            "Time to the first token from the LLM backend",
+            self.ttft.clone(),
+        );
+        r.register(
+            "ragtime_llm_time_per_output_token_seconds",
+            "Time per output token after the first",
+            self.tpot.clone(),
+        );
+        r.register(
+            "ragtime_http_requests_in_flight",
+            "Requests being served",
+            self.in_flight.clone(),
+        );
+        r.register(
+            "ragtime_llm_requests_in_flight",
+            "Requests waiting on or streaming from the LLM backend (its queue depth as ragtime sees it)",
+            self.llm_in_flight.clone(),
+        );
+        r.register(
+            "ragtime_stage_budget_seconds",
+            "The budget of each stage (and the total) for new requests",
+            self.budgets.clone(),
+        );
+        r.register(
+            "ragtime_llm_queue_depth",
+            "Requests waiting for a slot of each LLM backend",
+            self.queue_depth.clone(),
+        );
+        r.register(
+            "ragtime_llm_backend_busy",
+            "Slots of each LLM backend in use",
+            self.backend_busy.clone(),
+        );
+        r.register(
+            "ragtime_llm_breaker",
+            "Each LLM backend's circuit breaker: 1 for its current state",
+            self.breaker.clone(),
+        );
+        r.register(
+            "ragtime_llm_queue_wait_seconds",
+            "Time requests waited for an LLM backend's slot",
+            self.queue_wait.clone(),
+        );
+        r.register(
+            "ragtime_llm_shed",
+            "Requests answered without the LLM because of load, by backend and reason",
+            self.shed.clone(),
+        );
+        r.register(
+            "ragtime_llm_hedges",
+            "Requests also sent to a second backend after a slow first token",
+            self.hedges.clone(),
+        );
+        r.register(
+            "ragtime_load_level",
+            "The degradation level of the latest request (0: none)",
+            self.load_level.clone(),
+        );
+        r.register(
+            "ragtime_first_chunk_seconds",
+            "Time from a chat request's arrival to its first chunk (the sources)",
+            self.first_chunk.clone(),
+        );
+        self
     }
 
     /// One stage's end.
-    pub fn stage(
-        &self,
-        stage: &'static str,
-        outcome: &'static str,
-        elapsed: Duration,
-        overran: bool,
-    ) {
+    pub fn stage(&self, stage: Stage, outcome: Outcome, elapsed: Duration, overran: bool) {
+        let labels = StageOutcome {
+            stage: StageLabel(stage),
+            outcome: OutcomeLabel(outcome),
+        };
         self.stage
-            .get(
-                vec![("stage", stage.into()), ("outcome", outcome.into())],
-                || Histogram::new(&LATENCY_BUCKETS),
-            )
-            .observe(elapsed);
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64(), None, None);
         if overran {
             self.overruns
-                .get(vec![("stage", stage.into())], || AtomicU64::new(0))
-                .fetch_add(1, Ordering::Relaxed);
+                .get_or_create(&StageOnly {
+                    stage: StageLabel(stage),
+                })
+                .inc();
         }
-        if outcome != "skipped" {
-            let mut r = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
-            let q = r.entry(stage).or_default();
-            q.push_back((Instant::now(), elapsed.as_secs_f64() * 1000.0));
-            while q.len() > WINDOW_SAMPLES {
-                q.pop_front();
-            }
+        if outcome != Outcome::Skipped {
+            self.runs[stage as usize].fetch_add(1, Ordering::Relaxed);
+            self.window.record(stage, elapsed);
+        }
+    }
+
+    /// A finished request's budget story, and the one log line an overrun
+    /// deserves.
+    pub fn record_report(&self, report: &BudgetReport) {
+        for s in &report.stages {
+            self.stage(
+                s.stage,
+                s.outcome,
+                Duration::from_millis(s.elapsed_ms),
+                s.overran,
+            );
+        }
+        let overran: Vec<String> = report
+            .stages
+            .iter()
+            .filter(|s| s.overran)
+            .map(|s| {
+                format!(
+                    "{} by {} ms ({} of {} ms, {})",
+                    s.stage,
+                    s.elapsed_ms.saturating_sub(s.budget_ms),
+                    s.elapsed_ms,
+                    s.budget_ms,
+                    s.outcome
+                )
+            })
+            .collect();
+        if let Some(first) = report.stages.iter().find(|s| s.overran) {
+            tracing::warn!(
+                stage = first.stage.name(),
+                overrun_ms = first.elapsed_ms.saturating_sub(first.budget_ms),
+                budget_ms = first.budget_ms,
+                elapsed_ms = first.elapsed_ms,
+                total_ms = report.total_ms,
+                stages = %overran.join("; "),
+                "request overran its budget"
+            );
         }
     }
 
     pub fn partial_answer(&self, reason: &str) {
         self.partial
-            .get(vec![("reason", reason.to_owned())], || AtomicU64::new(0))
-            .fetch_add(1, Ordering::Relaxed);
+            .get_or_create(&Reason {
+                reason: reason.to_owned(),
+            })
+            .inc();
+        self.partial_total.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn request(&self, route: &str, status: u16) {
         self.requests
-            .get(
-                vec![("route", route.to_owned()), ("status", status.to_string())],
-                || AtomicU64::new(0),
-            )
-            .fetch_add(1, Ordering::Relaxed);
+            .get_or_create(&RouteStatus {
+                route: route.to_owned(),
+                status,
+            })
+            .inc();
     }
 
     pub fn cache_lookup(&self, hit: bool) {
-        let r = if hit { "hit" } else { "miss" };
-        self.cache
-            .get(vec![("result", r.into())], || AtomicU64::new(0))
-            .fetch_add(1, Ordering::Relaxed);
+        let result = if hit {
+            CacheResult::Hit
+        } else {
+            CacheResult::Miss
+        };
+        self.cache.get_or_create(&CacheLabels { result }).inc();
     }
 
     pub fn ttft(&self, d: Duration) {
-        self.ttft.observe(d);
+        self.ttft.observe(d.as_secs_f64(), None, None);
     }
 
     pub fn time_per_output_token(&self, d: Duration) {
-        self.tpot.observe(d);
+        self.tpot.observe(d.as_secs_f64());
+    }
+
+    /// A request answered without the LLM because of load.
+    pub fn shed(&self, backend: &str, reason: &str) {
+        self.shed
+            .get_or_create(&ShedLabels {
+                backend: backend.to_owned(),
+                reason: reason.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn queue_wait(&self, d: Duration) {
+        self.queue_wait.observe(d.as_secs_f64());
+    }
+
+    pub fn hedge(&self) {
+        self.hedges.inc();
+    }
+
+    pub fn load_level(&self, level: usize) {
+        self.load_level
+            .set(i64::try_from(level).unwrap_or(i64::MAX));
+    }
+
+    pub fn first_chunk(&self, d: Duration) {
+        self.first_chunk.observe(d.as_secs_f64());
+    }
+
+    /// A backend's queue, slots in use and breaker state, now.
+    pub fn set_backend(&self, backend: &str, queued: usize, busy: usize, breaker: &str) {
+        let label = BackendLabel {
+            backend: backend.to_owned(),
+        };
+        let n = |x: usize| i64::try_from(x).unwrap_or(i64::MAX);
+        self.queue_depth.get_or_create(&label).set(n(queued));
+        self.backend_busy.get_or_create(&label).set(n(busy));
+        for state in ["closed", "open", "half_open"] {
+            let l = BreakerLabels {
+                backend: backend.to_owned(),
+                state: state.to_owned(),
+            };
+            self.breaker
+                .get_or_create(&l)
+                .set(i64::from(state == breaker));
+        }
+    }
+
+    /// The budgets in force for new requests (`None`: the total).
+    pub fn set_budget(&self, stage: Option<Stage>, ms: u64) {
+        let stage = stage.map_or(BudgetOf::Total, BudgetOf::Stage);
+        self.budgets
+            .get_or_create(&BudgetLabels { stage })
+            .set(ms as f64 / 1000.0);
     }
 
     /// Counts a request in flight until the guard drops.
     pub fn in_flight(self: &Arc<Self>) -> InFlight {
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
-        InFlight {
-            m: self.clone(),
-            llm: false,
-        }
+        InFlight::new(self.in_flight.clone())
     }
 
     /// Counts a request waiting on or streaming from the LLM backend.
     pub fn llm_in_flight(self: &Arc<Self>) -> InFlight {
-        self.llm_in_flight.fetch_add(1, Ordering::Relaxed);
-        InFlight {
-            m: self.clone(),
-            llm: true,
-        }
+        InFlight::new(self.llm_in_flight.clone())
     }
 
-    /// Since start: per stage, how often it ran (not skipped) and overran;
-    /// partial answers; HTTP requests answered `status` on `route`.
-    pub fn totals(&self, route: &str, status: u16) -> Totals {
-        let mut t = Totals::default();
-        for (labels, h) in self.stage.snapshot() {
-            let stage = labels
-                .iter()
-                .find(|(k, _)| *k == "stage")
-                .map(|(_, v)| v.clone());
-            let skipped = labels
-                .iter()
-                .any(|(k, v)| *k == "outcome" && v == "skipped");
-            if let (Some(stage), false) = (stage, skipped) {
-                *t.runs.entry(stage).or_default() += h.count();
-            }
-        }
-        for (labels, c) in self.overruns.snapshot() {
-            if let Some((_, stage)) = labels.first() {
-                *t.overruns.entry(stage.clone()).or_default() += c.load(Ordering::Relaxed);
-            }
-        }
-        t.partial = self
-            .partial
-            .snapshot()
-            .iter()
-            .map(|(_, c)| c.load(Ordering::Relaxed))
-            .sum();
-        let want = vec![("route", route.to_owned()), ("status", status.to_string())];
-        t.requests = self
-            .requests
-            .snapshot()
-            .iter()
-            .filter(|(l, _)| *l == want)
-            .map(|(_, c)| c.load(Ordering::Relaxed))
-            .sum();
-        t
-    }
-
-    /// The stage's latencies (ms) in the window, oldest first, and how many
-    /// seconds the window's samples span (at most the window).
-    pub fn samples(&self, stage: &str) -> (Vec<f64>, f64) {
-        let now = Instant::now();
-        let cutoff = now.checked_sub(self.window);
-        let r = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(q) = r.get(stage) else {
-            return (Vec::new(), 0.0);
-        };
-        let kept: Vec<&(Instant, f64)> = q
-            .iter()
-            .filter(|(t, _)| cutoff.is_none_or(|c| *t >= c))
-            .collect();
-        let span = kept
-            .first()
-            .map_or(0.0, |(t, _)| now.duration_since(*t).as_secs_f64());
-        (kept.iter().map(|(_, ms)| *ms).collect(), span)
-    }
-
-    /// p50/p95/p99 per stage over the window.
-    pub fn stage_stats(&self) -> BTreeMap<&'static str, StageStats> {
-        let cutoff = Instant::now().checked_sub(self.window);
-        let r = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
-        r.iter()
-            .filter_map(|(stage, q)| {
-                let mut v: Vec<f64> = q
-                    .iter()
-                    .filter(|(t, _)| cutoff.is_none_or(|c| *t >= c))
-                    .map(|(_, ms)| *ms)
-                    .collect();
-                if v.is_empty() {
-                    return None;
-                }
-                v.sort_by(f64::total_cmp);
-                let at = |p: f64| v[((p / 100.0) * (v.len() - 1) as f64).round() as usize];
-                Some((
-                    *stage,
-                    StageStats {
-                        count: v.len(),
-                        p50_ms: at(50.0),
-                        p95_ms: at(95.0),
-                        p99_ms: at(99.0),
-                    },
-                ))
+    fn count(&self, route: &str, status: u16) -> u64 {
+        self.requests
+            .get(&RouteStatus {
+                route: route.to_owned(),
+                status,
             })
-            .collect()
+            .map_or(0, |c| c.get())
     }
 
-    /// The Prometheus text exposition.
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        render_histograms(&mut out, &self.stage);
-        for fam in [&self.overruns, &self.partial, &self.requests, &self.cache] {
-            let _ = writeln!(out, "# HELP {} {}", fam.name, fam.help);
-            let _ = writeln!(out, "# TYPE {} counter", fam.name);
-            for (labels, c) in fam.snapshot() {
-                let _ = writeln!(
-                    out,
-                    "{}{} {}",
-                    fam.name,
-                    label_text(&labels),
-                    c.load(Ordering::Relaxed)
-                );
-            }
+    /// Counts since start for the admin page.
+    pub fn totals(&self) -> Totals {
+        let overruns = |s: Stage| {
+            self.overruns
+                .get(&StageOnly {
+                    stage: StageLabel(s),
+                })
+                .map_or(0, |c| c.get())
+        };
+        Totals {
+            runs: Stage::ALL
+                .iter()
+                .map(|s| (*s, self.runs[*s as usize].load(Ordering::Relaxed)))
+                .filter(|(_, n)| *n > 0)
+                .collect(),
+            overruns: Stage::ALL
+                .iter()
+                .map(|s| (*s, overruns(*s)))
+                .filter(|(_, n)| *n > 0)
+                .collect(),
+            partial: self.partial_total.load(Ordering::Relaxed),
+            chat_ok: self.count("/v1/chat/completions", 200),
         }
-        let (hits, misses) = self
-            .cache
-            .snapshot()
-            .iter()
-            .fold((0u64, 0u64), |(h, m), (l, c)| {
-                let n = c.load(Ordering::Relaxed);
-                if l.iter().any(|(_, v)| v == "hit") {
-                    (h + n, m)
-                } else {
-                    (h, m + n)
-                }
-            });
-        let ratio = if hits + misses > 0 {
+    }
+
+    /// The OpenMetrics text exposition ([`CONTENT_TYPE`]).
+    pub fn render(&self) -> String {
+        let hit = |result| {
+            self.cache
+                .get(&CacheLabels { result })
+                .map_or(0, |c| c.get())
+        };
+        let (hits, misses) = (hit(CacheResult::Hit), hit(CacheResult::Miss));
+        self.cache_ratio.set(if hits + misses > 0 {
             hits as f64 / (hits + misses) as f64
         } else {
             0.0
-        };
-        let _ = writeln!(
-            out,
-            "# HELP ragtime_cache_hit_ratio Semantic cache hits over lookups since start."
-        );
-        let _ = writeln!(out, "# TYPE ragtime_cache_hit_ratio gauge");
-        let _ = writeln!(out, "ragtime_cache_hit_ratio {ratio}");
-        render_one(
-            &mut out,
-            "ragtime_llm_ttft_seconds",
-            "Time to the first token from the LLM backend.",
-            &self.ttft,
-        );
-        render_one(
-            &mut out,
-            "ragtime_llm_time_per_output_token_seconds",
-            "Time per output token after the first.",
-            &self.tpot,
-        );
-        for (name, help, v) in [
-            (
-                "ragtime_http_requests_in_flight",
-                "Requests being served.",
-                &self.in_flight,
-            ),
-            (
-                "ragtime_llm_requests_in_flight",
-                "Requests waiting on or streaming from the LLM backend (its queue depth as ragtime sees it).",
-                &self.llm_in_flight,
-            ),
-        ] {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} gauge");
-            let _ = writeln!(out, "{name} {}", v.load(Ordering::Relaxed));
+        });
+        let mut out = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            tracing::warn!(error = %e, "could not encode the metrics");
+            let _ = writeln!(out, "# EOF");
         }
         out
     }
 }
 
-fn histogram_lines(out: &mut String, name: &str, labels: &Labels, h: &Histogram) {
-    for (b, c) in h.bounds.iter().zip(&h.counts) {
-        let mut l = labels.clone();
-        l.push(("le", format!("{b}")));
-        let _ = writeln!(
-            out,
-            "{name}_bucket{} {}",
-            label_text(&l),
-            c.load(Ordering::Relaxed)
-        );
-    }
-    let mut l = labels.clone();
-    l.push(("le", "+Inf".into()));
-    let count = h.count.load(Ordering::Relaxed);
-    let _ = writeln!(out, "{name}_bucket{} {count}", label_text(&l));
-    let sum = h.sum_us.load(Ordering::Relaxed) as f64 / 1e6;
-    let _ = writeln!(out, "{name}_sum{} {sum}", label_text(labels));
-    let _ = writeln!(out, "{name}_count{} {count}", label_text(labels));
-}
-
-fn render_histograms(out: &mut String, fam: &Family<Histogram>) {
-    let _ = writeln!(out, "# HELP {} {}", fam.name, fam.help);
-    let _ = writeln!(out, "# TYPE {} histogram", fam.name);
-    for (labels, h) in fam.snapshot() {
-        histogram_lines(out, fam.name, &labels, &h);
-    }
-}
-
-fn render_one(out: &mut String, name: &str, help: &str, h: &Histogram) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} histogram");
-    histogram_lines(out, name, &Vec::new(), h);
-}
-
 /// Decrements its gauge when dropped.
-pub struct InFlight {
-    m: Arc<Metrics>,
-    llm: bool,
+pub struct InFlight(Gauge);
+
+impl InFlight {
+    fn new(g: Gauge) -> Self {
+        g.inc();
+        Self(g)
+    }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        let g = if self.llm {
-            &self.m.llm_in_flight
-        } else {
-            &self.m.in_flight
-        };
-        g.fetch_sub(1, Ordering::Relaxed);
+        self.0.dec();
     }
 }
 
@@ -467,59 +558,55 @@ mod tests {
     use super::*;
 
     #[test]
-    fn histograms_counters_and_gauges_render_as_prometheus_text() {
+    fn histograms_counters_and_gauges_render_as_openmetrics_text() {
         let m = Arc::new(Metrics::default());
-        m.stage("embed", "ok", Duration::from_millis(3), false);
-        m.stage("embed", "ok", Duration::from_millis(30), false);
-        m.stage("rerank", "partial", Duration::from_millis(600), true);
+        m.stage(Stage::Embed, Outcome::Ok, Duration::from_millis(3), false);
+        m.stage(Stage::Embed, Outcome::Ok, Duration::from_millis(30), false);
+        m.stage(
+            Stage::Rerank,
+            Outcome::Partial,
+            Duration::from_millis(600),
+            true,
+        );
         m.cache_lookup(true);
-        m.cache_lookup(false);
-        m.cache_lookup(false);
-        m.cache_lookup(false);
+        for _ in 0..3 {
+            m.cache_lookup(false);
+        }
         m.partial_answer("llm_ttft");
-        let _g = m.in_flight();
+        m.request("/v1/search", 200);
+        m.set_budget(Some(Stage::Rerank), 500);
+        let g = m.in_flight();
         let text = m.render();
-        assert!(text.contains("ragtime_stage_duration_seconds_bucket{stage=\"embed\",outcome=\"ok\",le=\"0.005\"} 1"), "{text}");
-        assert!(text.contains(
-            "ragtime_stage_duration_seconds_bucket{stage=\"embed\",outcome=\"ok\",le=\"0.05\"} 2"
-        ));
-        assert!(
-            text.contains("ragtime_stage_duration_seconds_count{stage=\"embed\",outcome=\"ok\"} 2")
-        );
-        assert!(
-            text.contains(
-                "ragtime_stage_duration_seconds_sum{stage=\"embed\",outcome=\"ok\"} 0.033"
-            )
-        );
-        assert!(text.contains("ragtime_stage_overruns_total{stage=\"rerank\"} 1"));
-        assert!(text.contains("ragtime_partial_answers_total{reason=\"llm_ttft\"} 1"));
-        assert!(text.contains("ragtime_cache_hit_ratio 0.25"));
-        assert!(text.contains("ragtime_http_requests_in_flight 1"));
-        drop(_g);
+        for want in [
+            "ragtime_stage_duration_seconds_bucket{le=\"0.005\",stage=\"embed\",outcome=\"ok\"} 1",
+            "ragtime_stage_duration_seconds_bucket{le=\"0.05\",stage=\"embed\",outcome=\"ok\"} 2",
+            "ragtime_stage_duration_seconds_count{stage=\"embed\",outcome=\"ok\"} 2",
+            "ragtime_stage_overruns_total{stage=\"rerank\"} 1",
+            "ragtime_partial_answers_total{reason=\"llm_ttft\"} 1",
+            "ragtime_http_requests_total{route=\"/v1/search\",status=\"200\"} 1",
+            "ragtime_cache_hit_ratio 0.25",
+            "ragtime_http_requests_in_flight 1",
+            "ragtime_stage_budget_seconds{stage=\"rerank\"} 0.5",
+        ] {
+            assert!(text.contains(want), "{want} not in:\n{text}");
+        }
+        assert!(text.ends_with("# EOF\n"));
+        drop(g);
         assert!(m.render().contains("ragtime_http_requests_in_flight 0"));
+        let t = m.totals();
+        assert_eq!(t.runs, vec![(Stage::Embed, 2), (Stage::Rerank, 1)]);
+        assert_eq!(t.overruns, vec![(Stage::Rerank, 1)]);
+        assert_eq!(t.partial, 1);
     }
 
     #[test]
-    fn live_percentiles_cover_the_window_and_skip_skipped_stages() {
+    fn label_values_are_escaped() {
         let m = Metrics::default();
-        for i in 1..=100u64 {
-            m.stage("retrieve", "ok", Duration::from_millis(i), false);
-        }
-        m.stage("rerank", "skipped", Duration::ZERO, false);
-        let s = m.stage_stats();
-        let r = s.get("retrieve").copied();
-        assert_eq!(r.map(|r| r.count), Some(100));
+        m.request("/a\"b\nc\\d", 404);
+        let text = m.render();
         assert!(
-            r.is_some_and(|r| (r.p50_ms - 50.0).abs() <= 1.0 && (r.p99_ms - 99.0).abs() <= 1.0),
-            "{r:?}"
-        );
-        assert!(!s.contains_key("rerank"));
-        let old = Metrics::new(Duration::ZERO);
-        old.stage("embed", "ok", Duration::from_millis(1), false);
-        std::thread::sleep(Duration::from_millis(2));
-        assert!(
-            old.stage_stats().is_empty(),
-            "samples older than the window"
+            text.contains(r#"route="/a\"b\nc\\d""#),
+            "quote, newline and backslash escaped:\n{text}"
         );
     }
 }

@@ -5,6 +5,7 @@
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use ragtime_pipeline::BudgetProfile;
+use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::net::SocketAddr;
@@ -26,14 +27,39 @@ fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
     }
 }
 
-/// A value that must never reach a log line.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A value that must never reach a log line: `Debug` and `Serialize`
+/// (`ragtime config`) show `***`.
+#[derive(Clone, Deserialize)]
 #[serde(transparent)]
-pub struct Secret(pub String);
+pub struct Secret(SecretString);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        self.0.expose_secret()
+    }
+}
+
+impl From<&str> for Secret {
+    fn from(s: &str) -> Self {
+        Self(SecretString::from(s))
+    }
+}
+
+impl From<String> for Secret {
+    fn from(s: String) -> Self {
+        Self(SecretString::from(s))
+    }
+}
 
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("\"***\"")
+    }
+}
+
+impl Serialize for Secret {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str("***")
     }
 }
 
@@ -66,6 +92,7 @@ pub struct Config {
     pub auth: AuthConfig,
     pub limits: LimitsConfig,
     pub budgets: BudgetProfile,
+    pub load: LoadConfig,
     pub telemetry: TelemetryConfig,
 }
 
@@ -230,11 +257,98 @@ pub struct LlmConfig {
     /// The local llama-server binary and model (used when `base_url` is unset).
     pub server_bin: PathBuf,
     pub model_path: PathBuf,
+    /// Context window (tokens): the local server's, split over its slots;
+    /// for a remote backend, the window of one sequence.
     pub ctx_size: u32,
     pub threads: u32,
+    /// The local server's slots (concurrent sequences).
     pub parallel: u32,
     /// How long the local server may take to load before readiness fails.
     pub startup_timeout_s: u64,
+    /// The slots of the backend at `base_url`.
+    pub max_concurrency: usize,
+    /// Several backends instead of one (`base_url`): requests go to the one
+    /// with the least expected wait.
+    pub backends: Vec<BackendConfig>,
+    /// Requests that may wait for a slot, per backend; past it, 503.
+    pub max_queue: usize,
+    pub hedge: HedgeConfig,
+    pub breaker: BreakerConfig,
+    /// Health probes of every backend, this often (0: off).
+    pub probe_ms: u64,
+}
+
+/// One of several LLM backends (`[[llm.backends]]`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendConfig {
+    /// OpenAI-compatible base URL ending in `/v1`.
+    pub base_url: String,
+    /// Model name sent to it (default: `llm.model`).
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Its slots (concurrent sequences).
+    pub max_concurrency: usize,
+    /// Share of traffic at equal expected wait.
+    #[serde(default = "one")]
+    pub weight: f64,
+    /// Its context window per sequence (default: `llm.ctx_size`).
+    #[serde(default)]
+    pub ctx_size: Option<u32>,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// Hedged requests (`[llm.hedge]`): a request whose first token is later
+/// than its backend's p95 (within `floor_ms`–`cap_ms`) also goes to a
+/// second backend with a free slot; at most `share` of requests.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HedgeConfig {
+    pub enabled: bool,
+    pub share: f64,
+    pub floor_ms: u64,
+    pub cap_ms: u64,
+}
+
+impl Default for HedgeConfig {
+    fn default() -> Self {
+        let d = ragtime_pipeline::backend::HedgePolicy::default();
+        Self {
+            enabled: d.enabled,
+            share: d.share,
+            floor_ms: d.floor.as_millis() as u64,
+            cap_ms: d.cap.as_millis() as u64,
+        }
+    }
+}
+
+/// Circuit breakers (`[llm.breaker]`): `failures` in a row open a
+/// backend's breaker for `cooldown_ms`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BreakerConfig {
+    pub failures: u32,
+    pub cooldown_ms: u64,
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        Self {
+            failures: 3,
+            cooldown_ms: 5_000,
+        }
+    }
+}
+
+/// Adaptive degradation (`[load]`): the levels requests shrink through as
+/// the backends fill up.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LoadConfig {
+    pub levels: ragtime_pipeline::load::Levels,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -271,6 +385,7 @@ impl Default for Config {
             auth: AuthConfig::default(),
             limits: LimitsConfig::default(),
             budgets: BudgetProfile::default(),
+            load: LoadConfig::default(),
             telemetry: TelemetryConfig::default(),
         }
     }
@@ -318,6 +433,12 @@ impl Default for LlmConfig {
             threads: 2,
             parallel: 2,
             startup_timeout_s: 120,
+            max_concurrency: 16,
+            backends: Vec::new(),
+            max_queue: 32,
+            hedge: HedgeConfig::default(),
+            breaker: BreakerConfig::default(),
+            probe_ms: 500,
         }
     }
 }
@@ -379,7 +500,7 @@ impl Config {
                 format!("{url:?} is not an http(s) URL"),
             ));
         }
-        if let Some(Secret(url)) = &self.database_url {
+        if let Some(url) = self.database_url.as_ref().map(Secret::expose) {
             let ok = ["sqlite:", "postgres://", "postgresql://"]
                 .iter()
                 .any(|p| url.starts_with(p));
@@ -390,8 +511,8 @@ impl Config {
                 ));
             }
         }
-        if let Some(Secret(k)) = &self.admin_key
-            && k.len() < 16
+        if let Some(k) = &self.admin_key
+            && k.expose().len() < 16
         {
             return Err(invalid("admin_key", "must be at least 16 characters"));
         }
@@ -440,6 +561,11 @@ impl Config {
                 "rerank.depth must be 1–200 and rerank.batch 1–64",
             ));
         }
+        self.validate_backends()?;
+        self.load
+            .levels
+            .validate()
+            .map_err(|e| invalid("load.levels", e))?;
         if self.llm.ctx_size < 512 {
             return Err(invalid("llm.ctx_size", "must be at least 512"));
         }
@@ -474,23 +600,63 @@ impl Config {
         Ok(())
     }
 
-    /// A copy safe to print: secrets replaced by `***`.
-    pub fn redacted(&self) -> Config {
-        let hide = |s: &Option<Secret>| s.as_ref().map(|_| Secret("***".into()));
-        let mut c = self.clone();
-        c.admin_key = hide(&c.admin_key);
-        c.llm.api_key = hide(&c.llm.api_key);
-        c.database_url = c
-            .database_url
-            .as_ref()
-            .map(|Secret(u)| Secret(ragtime_store::redact(u)));
-        c
+    fn validate_backends(&self) -> Result<(), ConfigError> {
+        let l = &self.llm;
+        let http = |u: &str| u.starts_with("http://") || u.starts_with("https://");
+        for (i, b) in l.backends.iter().enumerate() {
+            let key = format!("llm.backends[{i}]");
+            if !http(&b.base_url) {
+                return Err(invalid(&format!("{key}.base_url"), "is not an http(s) URL"));
+            }
+            if !(1..=4096).contains(&b.max_concurrency) {
+                return Err(invalid(
+                    &format!("{key}.max_concurrency"),
+                    "must be between 1 and 4096",
+                ));
+            }
+            if !(b.weight > 0.0 && b.weight.is_finite()) {
+                return Err(invalid(&format!("{key}.weight"), "must be greater than 0"));
+            }
+        }
+        if !l.backends.is_empty() && l.base_url.is_some() {
+            return Err(invalid(
+                "llm.backends",
+                "set llm.base_url or llm.backends, not both",
+            ));
+        }
+        if !(1..=4096).contains(&l.max_concurrency) {
+            return Err(invalid("llm.max_concurrency", "must be between 1 and 4096"));
+        }
+        if l.max_queue > 100_000 {
+            return Err(invalid("llm.max_queue", "must be at most 100000"));
+        }
+        let h = &l.hedge;
+        if !(0.0..=1.0).contains(&h.share) || h.floor_ms > h.cap_ms {
+            return Err(invalid(
+                "llm.hedge",
+                "share must be between 0 and 1, and floor_ms at most cap_ms",
+            ));
+        }
+        if l.breaker.failures == 0 {
+            return Err(invalid("llm.breaker.failures", "must be at least 1"));
+        }
+        Ok(())
+    }
+
+    /// The configuration as JSON, safe to print: secrets are `***`, the
+    /// database URL keeps all but its password.
+    pub fn redacted(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(self).unwrap_or_default();
+        if let Some(url) = &self.database_url {
+            v["database_url"] = serde_json::Value::String(ragtime_store::redact(url.expose()));
+        }
+        v
     }
 
     /// The database the store opens.
     pub fn database_url(&self) -> String {
         match &self.database_url {
-            Some(Secret(url)) => url.clone(),
+            Some(url) => url.expose().to_owned(),
             None => ragtime_store::Store::sqlite_url(&self.data_dir),
         }
     }

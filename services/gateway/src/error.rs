@@ -5,7 +5,8 @@ use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use ragtime_core::BudgetReport;
-use serde_json::{Value, json};
+use ragtime_pipeline::PipelineError;
+use serde::Serialize;
 
 /// Machine-readable error codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +29,8 @@ pub enum ErrorCode {
     NotReady,
     /// The request's budget ran out before it could produce anything.
     BudgetExceeded,
+    /// Every LLM backend's queue is full (503, with `Retry-After`).
+    Overloaded,
     Internal,
 }
 
@@ -45,6 +48,7 @@ impl ErrorCode {
             ErrorCode::RateLimited => "rate_limited",
             ErrorCode::NotReady => "not_ready",
             ErrorCode::BudgetExceeded => "budget_exceeded",
+            ErrorCode::Overloaded => "overloaded",
             ErrorCode::Internal => "internal",
         }
     }
@@ -61,7 +65,9 @@ impl ErrorCode {
             ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
             ErrorCode::Forbidden => StatusCode::FORBIDDEN,
             ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
-            ErrorCode::NotReady | ErrorCode::BudgetExceeded => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::NotReady | ErrorCode::BudgetExceeded | ErrorCode::Overloaded => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -118,20 +124,64 @@ impl ApiError {
     }
 }
 
+impl From<PipelineError> for ApiError {
+    fn from(e: PipelineError) -> Self {
+        match e {
+            PipelineError::UnknownCollection(name) => {
+                ApiError::new(ErrorCode::NotFound, format!("unknown collection {name:?}"))
+                    .field("collection")
+            }
+            PipelineError::Invalid { field, message } => ApiError::invalid(field, message),
+            PipelineError::BudgetExceeded { message, report } => {
+                ApiError::new(ErrorCode::BudgetExceeded, message).with_budget(report)
+            }
+            PipelineError::Overloaded { retry_after } => ApiError::new(
+                ErrorCode::Overloaded,
+                "every llm backend is at its queue limit: try again shortly",
+            )
+            .retry_after(retry_after.as_secs_f64().ceil().max(1.0) as u64),
+            PipelineError::Internal(e) => ApiError::internal(e),
+        }
+    }
+}
+
+/// `{"error": {…}, "budget"?: {…}}`.
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: ErrorFields<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    budget: Option<&'a BudgetReport>,
+}
+
+#[derive(Serialize)]
+struct ErrorFields<'a> {
+    code: &'static str,
+    message: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    field: Option<&'a str>,
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut err = json!({"code": self.code.as_str(), "message": self.message});
-        if let Some(f) = &self.field {
-            err["field"] = Value::String(f.clone());
-        }
-        let mut body = json!({ "error": err });
+        let body = ErrorBody {
+            error: ErrorFields {
+                code: self.code.as_str(),
+                message: &self.message,
+                field: self.field.as_deref(),
+            },
+            budget: self.budget.as_ref(),
+        };
         let timing = self.budget.as_ref().map(BudgetReport::server_timing);
-        if let Some(b) = self.budget {
-            body["budget"] = serde_json::to_value(b).unwrap_or(Value::Null);
-        }
         let mut resp = (self.code.status(), Json(body)).into_response();
         if let Some(t) = timing.and_then(|t| HeaderValue::from_str(&t).ok()) {
             resp.headers_mut().insert("server-timing", t);
+        }
+        if self.code == ErrorCode::PayloadTooLarge {
+            // The rest of the body was never read, so this connection cannot
+            // carry another request: say so, or a pooling client reuses it
+            // and its next request fails with an incomplete message.
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         if self.code == ErrorCode::Unauthorized {
             resp.headers_mut().insert(
@@ -141,9 +191,13 @@ impl IntoResponse for ApiError {
         }
         let retry = match (self.retry_after, self.code) {
             (Some(s), _) => Some(s),
-            (None, ErrorCode::NotReady | ErrorCode::BudgetExceeded | ErrorCode::RateLimited) => {
-                Some(1)
-            }
+            (
+                None,
+                ErrorCode::NotReady
+                | ErrorCode::BudgetExceeded
+                | ErrorCode::RateLimited
+                | ErrorCode::Overloaded,
+            ) => Some(1),
             _ => None,
         };
         if let Some(v) = retry.and_then(|s| HeaderValue::from_str(&s.to_string()).ok()) {

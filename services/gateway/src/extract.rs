@@ -2,8 +2,9 @@
 
 use crate::error::{ApiError, ErrorCode};
 use axum::body::Bytes;
-use axum::extract::{FromRequest, Request};
+use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::header;
+use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
 pub struct ApiJson<T>(pub T);
@@ -46,6 +47,40 @@ where
     }
 }
 
+/// A query string parsed into `T`; rejections are API errors naming the
+/// parameter (an unknown one, a repeated one, a bad value).
+pub struct ApiQuery<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for ApiQuery<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        let q = parts.uri.query().unwrap_or("");
+        let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(q.as_bytes()));
+        serde_path_to_error::deserialize(de)
+            .map(ApiQuery)
+            .map_err(|e| {
+                let path = e.path().to_string();
+                let msg = lower_first(&e.into_inner().to_string());
+                let field = match named_field(&msg).or_else(|| duplicate_field(&msg)) {
+                    Some(f) => f,
+                    None if path == "." => String::new(),
+                    None => path,
+                };
+                ApiError::invalid(field, msg)
+            })
+    }
+}
+
+fn duplicate_field(msg: &str) -> Option<String> {
+    let rest = msg.strip_prefix("duplicate field `")?;
+    rest.split('`').next().map(str::to_owned)
+}
+
 /// Parses JSON, telling syntax errors (400) from schema errors (422 with the
 /// path of the offending field).
 pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
@@ -69,17 +104,21 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
                 msg = "has the wrong type for this field".into();
             }
             if inner.is_syntax() || inner.is_eof() {
-                Err(ApiError::new(
+                return Err(ApiError::new(
                     ErrorCode::InvalidJson,
                     format!("malformed json: {msg}"),
-                ))
-            } else if path.is_empty() || path == "." {
-                // Missing fields are reported at the parent; name them.
-                let field = missing_field(&msg).unwrap_or_default();
-                Err(ApiError::invalid(field, msg))
-            } else {
-                Err(ApiError::invalid(path, msg))
+                ));
             }
+            let parent = if path == "." { String::new() } else { path };
+            // Missing and unknown fields are reported at the parent; name them.
+            let field = match named_field(&msg) {
+                Some(f) if parent.is_empty() => f,
+                Some(f) if !parent.ends_with(&format!(".{f}")) && parent != f => {
+                    format!("{parent}.{f}")
+                }
+                _ => parent,
+            };
+            Err(ApiError::invalid(field, msg))
         }
     }
 }
@@ -102,7 +141,63 @@ fn lower_first(s: &str) -> String {
     }
 }
 
-fn missing_field(msg: &str) -> Option<String> {
-    let rest = msg.strip_prefix("missing field `")?;
+/// The field a "missing field `x`" or "unknown field `x`" message names.
+fn named_field(msg: &str) -> Option<String> {
+    let rest = msg
+        .strip_prefix("missing field `")
+        .or_else(|| msg.strip_prefix("unknown field `"))?;
     rest.split('`').next().map(str::to_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Inner {
+        a: u64,
+        b: Option<u64>,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Outer {
+        name: String,
+        inner: Option<Inner>,
+    }
+
+    fn field(json: &str) -> (u16, Option<String>) {
+        match parse::<Outer>(json.as_bytes()) {
+            Ok(_) => (200, None),
+            Err(e) => (e.code.status().as_u16(), e.field),
+        }
+    }
+
+    #[test]
+    fn errors_name_the_field_at_any_depth() {
+        assert_eq!(field(r#"{"name": "x"}"#), (200, None));
+        assert_eq!(field(r#"{}"#), (422, Some("name".into())));
+        assert_eq!(
+            field(r#"{"name": "x", "bogus": 1}"#),
+            (422, Some("bogus".into()))
+        );
+        assert_eq!(field(r#"{"name": 5}"#), (422, Some("name".into())));
+        assert_eq!(
+            field(r#"{"name": "x", "inner": {}}"#),
+            (422, Some("inner.a".into()))
+        );
+        assert_eq!(
+            field(r#"{"name": "x", "inner": {"a": 1, "c": 2}}"#),
+            (422, Some("inner.c".into()))
+        );
+        assert_eq!(
+            field(r#"{"name": "x", "inner": {"a": -1}}"#),
+            (422, Some("inner.a".into()))
+        );
+        assert_eq!(field(r#"{"name": "x""#).0, 400);
+        assert_eq!(field(r#"{"name": "x"} trailing"#).0, 400);
+    }
 }

@@ -1,16 +1,19 @@
 //! The ragtime gateway: HTTP routes, start-up and the mapping of errors to
-//! HTTP responses. The pipeline's decisions live in `ragtime-pipeline`.
+//! HTTP responses. Every request's decisions live in `ragtime-pipeline`;
+//! handlers parse, call the pipeline and shape the answer.
 
+mod app;
+mod auth;
+mod cli;
 pub mod config;
 pub mod error;
-mod experiment;
 mod extract;
-pub mod files;
+mod loader;
 mod observe;
 mod routes;
-mod startup;
 mod state;
-mod tenant;
 
+pub use app::{Application, init_telemetry};
+pub use cli::ingest_files;
 pub use config::Config;
-pub use startup::{Application, ingest_files, init_telemetry};
+pub use loader::Overrides;

@@ -41,6 +41,13 @@ enum Command {
         #[arg(long, short)]
         config: Option<PathBuf>,
     },
+    /// Rewrite the embedding model's graphs once and write them beside
+    /// `model.onnx`, keyed by its checksum; later starts load them instead
+    /// of rewriting. (A start prepares them too when they are missing.)
+    PrepareModel {
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+    },
 }
 
 #[tokio::main]
@@ -90,6 +97,40 @@ async fn main() -> std::process::ExitCode {
             }
             Err(e) => fail(&e),
         },
+        Command::PrepareModel { config } => {
+            let config = match Config::load(config.as_deref()) {
+                Ok(c) => c,
+                Err(e) => return fail(&e),
+            };
+            let _telemetry = ragtime_gateway::init_telemetry(&config);
+            let model = config.embed.model_dir.join("model.onnx");
+            let p = match ragtime_embed::prepare::prepare(&model) {
+                Ok(p) => p,
+                Err(e) => return fail(&e),
+            };
+            let how = match p.outcome {
+                ragtime_embed::prepare::Outcome::Reused => "already prepared",
+                _ => "written",
+            };
+            println!("{} (sha256 {}): {how}", model.display(), p.sha256);
+            let s = p.simplified;
+            println!(
+                "  queries:  {} ({} attentions, {} NaN guards, {} GELUs fused)",
+                p.query.path().display(),
+                s.attentions,
+                s.nan_guards,
+                s.gelus
+            );
+            match &p.passage_int8 {
+                Some(g) => println!(
+                    "  passages: {} ({} int8 matrix products)",
+                    g.path().display(),
+                    p.int8_products
+                ),
+                None => println!("  passages: no int8 weights, the query graph is used"),
+            }
+            std::process::ExitCode::SUCCESS
+        }
     }
 }
 

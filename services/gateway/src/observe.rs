@@ -1,16 +1,14 @@
 //! What every request leaves behind: its root span (continuing the caller's
-//! trace when it sends `traceparent`), metrics, a `Server-Timing` header,
-//! and one log line when it overran a budget.
+//! trace when it sends `traceparent`), its status in the metrics, and a
+//! `Server-Timing` header. (The budget story is recorded by the pipeline.)
 
 use crate::state::AppState;
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::Response;
-use ragtime_core::BudgetReport;
-use ragtime_telemetry::metrics::Metrics;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tracing::{Span, field};
 
 /// The root span of a request, named `METHOD /route`.
@@ -33,19 +31,44 @@ pub fn request_span(req: &Request) -> Span {
         ragtime.partial = field::Empty,
         ragtime.partial_reason = field::Empty,
         ragtime.experiment_arm = field::Empty,
+        ragtime.load_level = field::Empty,
+        llm.hedged = field::Empty,
     );
     ragtime_telemetry::continue_trace(&span, header("traceparent"), header("tracestate"));
     span
 }
 
-/// Counts the request in flight, then records its status on the root span
-/// and in the metrics, and makes sure it carries `Server-Timing`.
+/// When the request arrived: its budget's clock starts there, before
+/// authentication and lookups.
+#[derive(Debug, Clone, Copy)]
+pub struct Arrived(pub tokio::time::Instant);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Arrived {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<Self, Self::Rejection> {
+        Ok(parts
+            .extensions
+            .get::<Arrived>()
+            .copied()
+            .unwrap_or(Arrived(tokio::time::Instant::now())))
+    }
+}
+
+/// Stamps the request's arrival, counts it in flight, then records its
+/// status on the root span and in the metrics, and makes sure it carries
+/// `Server-Timing`.
 pub async fn observe(
     State(state): State<Arc<AppState>>,
     matched: Option<MatchedPath>,
-    req: Request,
+    mut req: Request,
     next: Next,
 ) -> Response {
+    req.extensions_mut()
+        .insert(Arrived(tokio::time::Instant::now()));
     let _in_flight = state.metrics.in_flight();
     let started = Instant::now();
     let route = matched.map_or_else(|| "unmatched".to_owned(), |m| m.as_str().to_owned());
@@ -60,55 +83,4 @@ pub async fn observe(
         }
     }
     resp
-}
-
-/// Feeds a finished request's budget story into the metrics, and writes the
-/// one log line an overrun deserves.
-pub fn record_report(metrics: &Metrics, report: &BudgetReport) {
-    record_stages(metrics, report);
-    let mut overran = Vec::new();
-    for s in &report.stages {
-        if s.overran {
-            overran.push(format!(
-                "{} by {} ms ({} of {} ms, {})",
-                s.stage,
-                s.elapsed_ms.saturating_sub(s.budget_ms),
-                s.elapsed_ms,
-                s.budget_ms,
-                s.outcome
-            ));
-        }
-    }
-    if let Some(first) = report.stages.iter().find(|s| s.overran) {
-        tracing::warn!(
-            stage = first.stage.name(),
-            overrun_ms = first.elapsed_ms.saturating_sub(first.budget_ms),
-            budget_ms = first.budget_ms,
-            elapsed_ms = first.elapsed_ms,
-            total_ms = report.total_ms,
-            stages = %overran.join("; "),
-            "request overran its budget"
-        );
-    }
-}
-
-/// Each stage's latency, outcome and overrun into `metrics`.
-pub fn record_stages(metrics: &Metrics, report: &BudgetReport) {
-    for s in &report.stages {
-        metrics.stage(
-            s.stage.name(),
-            s.outcome.name(),
-            Duration::from_millis(s.elapsed_ms),
-            s.overran,
-        );
-    }
-}
-
-/// Marks the root span (the current span of a handler) partial or not.
-pub fn record_partial(partial: bool, reason: Option<&str>) {
-    let span = Span::current();
-    span.record("ragtime.partial", partial);
-    if let Some(r) = reason {
-        span.record("ragtime.partial_reason", r);
-    }
 }

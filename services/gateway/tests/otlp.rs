@@ -100,13 +100,15 @@ async fn every_request_is_one_trace_that_tells_its_budget_story() {
 
     // Generation stalls after three tokens: llm_generate overruns.
     let fake = FakeLlm::start(Behaviour::StallAfter { tokens: 3 }).await;
-    let app = fake
-        .app(|c| {
+    let app = helpers::TestApp::builder()
+        .llm(&fake)
+        .config(|c| {
             c.budgets.total_ms = 3000;
             c.budgets.rerank_ms = 0;
             c.budgets.llm_ttft_ms = 600;
             c.budgets.llm_generate_ms = 500;
         })
+        .spawn()
         .await;
     let r = app
         .post_json(

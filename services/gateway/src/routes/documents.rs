@@ -1,28 +1,25 @@
-//! `POST /v1/documents` (JSON), `GET` and `DELETE /v1/documents/{id}`.
-//! Every document is validated before anything is written; a 200 means
-//! every listed document is committed to the store.
+//! `POST /v1/documents` (JSON, or files as `multipart/form-data`), `GET`
+//! and `DELETE /v1/documents/{id}`. Every document is validated before
+//! anything is written; a 200 means every listed document is committed.
 
+use crate::auth::Caller;
 use crate::error::{ApiError, ErrorCode};
-use crate::extract::ApiJson;
-use crate::routes::{engine, rag_error};
+use crate::extract::{ApiJson, ApiQuery};
+use crate::routes::{check_collection, default_collection};
 use crate::state::AppState;
-use crate::tenant::Tenant;
 use axum::Json;
-use axum::extract::{FromRequest, Multipart, Path, Query, Request, State};
+use axum::extract::{FromRequest, Multipart, Path, Request, State};
 use axum::http::header;
-use ragtime_pipeline::rag::IngestDoc;
+use ragtime_core::Tenant;
+use ragtime_pipeline::corpus::IngestDoc;
 use ragtime_store::Upsert;
-use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 use std::sync::Arc;
 
 const MAX_DOCS: usize = 1000;
 const MAX_ID: usize = 256;
 const MAX_TEXT: usize = 2_000_000;
-
-fn default_collection() -> String {
-    "default".to_owned()
-}
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -37,7 +34,7 @@ pub struct DocumentIn {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct IngestRequest {
+pub struct IngestIn {
     #[serde(default = "default_collection")]
     collection: String,
     documents: Vec<DocumentIn>,
@@ -50,48 +47,64 @@ pub struct CollectionQuery {
     collection: String,
 }
 
-/// Collection names: 1–64 of `[A-Za-z0-9_.-]`.
-pub fn check_collection(name: &str, field: &str) -> Result<(), ApiError> {
-    let ok = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
-    if ok {
-        Ok(())
-    } else {
-        Err(ApiError::invalid(
-            field,
-            "must be 1 to 64 characters of letters, digits, '_', '-' or '.'",
-        ))
-    }
+#[derive(Serialize)]
+pub struct IngestOut {
+    collection: String,
+    documents: Vec<IngestedOut>,
+    corpus_version: i64,
+}
+
+#[derive(Serialize)]
+struct IngestedOut {
+    id: String,
+    status: &'static str,
+    chunks: usize,
+}
+
+#[derive(Serialize)]
+pub struct DocumentOut {
+    id: String,
+    collection: String,
+    title: String,
+    metadata: Value,
+    updated_ms: i64,
+    chunks: Vec<ChunkOut>,
+}
+
+#[derive(Serialize)]
+struct ChunkOut {
+    chunk_id: i64,
+    position: i32,
+    tokens: i32,
+    text: String,
+}
+
+#[derive(Serialize)]
+pub struct DeletedOut {
+    id: String,
+    collection: String,
+    deleted: bool,
 }
 
 fn check_metadata(meta: &Map<String, Value>, path: &str) -> Result<(), ApiError> {
     for (k, v) in meta {
         let p = format!("{path}.{k}");
         if k.is_empty() || k.starts_with('$') {
-            return Err(ApiError::invalid(
-                p,
-                "metadata keys must be non-empty and not start with '$'",
-            ));
+            let msg = "metadata keys must be non-empty and not start with '$'";
+            return Err(ApiError::invalid(p, msg));
         }
         match v {
             Value::Null => {
-                return Err(ApiError::invalid(
-                    p,
-                    "null is not a metadata value; leave the key out",
-                ));
+                let msg = "null is not a metadata value; leave the key out";
+                return Err(ApiError::invalid(p, msg));
             }
             Value::Array(items)
                 if items
                     .iter()
                     .any(|x| x.is_object() || x.is_array() || x.is_null()) =>
             {
-                return Err(ApiError::invalid(
-                    p,
-                    "arrays may hold only numbers, strings and booleans",
-                ));
+                let msg = "arrays may hold only numbers, strings and booleans";
+                return Err(ApiError::invalid(p, msg));
             }
             Value::Object(m) => check_metadata(m, &p)?,
             _ => {}
@@ -100,190 +113,183 @@ fn check_metadata(meta: &Map<String, Value>, path: &str) -> Result<(), ApiError>
     Ok(())
 }
 
-/// Validates a document; `path` names it in errors (`documents[3]`).
-pub fn validate_doc(d: &DocumentIn, path: &str) -> Result<(), ApiError> {
-    if d.id.trim().is_empty() || d.id.len() > MAX_ID || d.id.chars().any(char::is_control) {
-        return Err(ApiError::invalid(
-            format!("{path}.id"),
-            format!("must be 1 to {MAX_ID} bytes without control characters"),
-        ));
+impl DocumentIn {
+    /// Checks the document; `path` names it in errors (`documents[3]`).
+    fn check(self, path: &str) -> Result<IngestDoc, ApiError> {
+        if self.id.trim().is_empty()
+            || self.id.len() > MAX_ID
+            || self.id.chars().any(char::is_control)
+        {
+            let msg = format!("must be 1 to {MAX_ID} bytes without control characters");
+            return Err(ApiError::invalid(format!("{path}.id"), msg));
+        }
+        if self.text.trim().is_empty() {
+            return Err(ApiError::invalid(
+                format!("{path}.text"),
+                "must not be empty",
+            ));
+        }
+        if self.text.len() > MAX_TEXT {
+            let msg = format!("longer than {MAX_TEXT} bytes");
+            return Err(ApiError::invalid(format!("{path}.text"), msg));
+        }
+        check_metadata(&self.metadata, &format!("{path}.metadata"))?;
+        Ok(IngestDoc {
+            id: self.id,
+            title: self.title,
+            text: self.text,
+            metadata: self.metadata,
+        })
     }
-    if d.text.trim().is_empty() {
-        return Err(ApiError::invalid(
-            format!("{path}.text"),
-            "must not be empty",
-        ));
-    }
-    if d.text.len() > MAX_TEXT {
-        return Err(ApiError::invalid(
-            format!("{path}.text"),
-            format!("longer than {MAX_TEXT} bytes"),
-        ));
-    }
-    check_metadata(&d.metadata, &format!("{path}.metadata"))
 }
 
-pub fn status_name(u: Upsert) -> &'static str {
-    match u {
-        Upsert::Created => "created",
-        Upsert::Replaced => "replaced",
-        Upsert::Unchanged => "unchanged",
+/// Every document checked, ids unique in the request, at most `MAX_DOCS`.
+fn check_all(docs: Vec<(String, DocumentIn)>, field: &str) -> Result<Vec<IngestDoc>, ApiError> {
+    if docs.is_empty() {
+        return Err(ApiError::invalid(field, "must not be empty"));
     }
+    if docs.len() > MAX_DOCS {
+        let msg = format!("at most {MAX_DOCS} documents per request");
+        return Err(ApiError::invalid(field, msg));
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::with_capacity(docs.len());
+    for (path, d) in docs {
+        let d = d.check(&path)?;
+        if !seen.insert(d.id.clone()) {
+            let msg = format!("duplicate id {:?} in this request", d.id);
+            return Err(ApiError::invalid(format!("{path}.id"), msg));
+        }
+        out.push(d);
+    }
+    Ok(out)
 }
 
-pub async fn ingest_docs(
+async fn ingest(
     state: &AppState,
     tenant: &Tenant,
-    collection: &str,
-    docs: Vec<DocumentIn>,
-) -> Result<Json<Value>, ApiError> {
-    let rag = engine(state)?;
-    let docs: Vec<IngestDoc> = docs
+    collection: String,
+    docs: Vec<IngestDoc>,
+) -> Result<Json<IngestOut>, ApiError> {
+    let (done, corpus_version) = state.pipeline()?.ingest(tenant, &collection, docs).await?;
+    let documents = done
         .into_iter()
-        .map(|d| IngestDoc {
-            id: d.id,
-            title: d.title,
-            text: d.text,
-            metadata: d.metadata,
+        .map(|r| IngestedOut {
+            id: r.id,
+            status: match r.status {
+                Upsert::Created => "created",
+                Upsert::Replaced => "replaced",
+                Upsert::Unchanged => "unchanged",
+            },
+            chunks: r.chunks,
         })
         .collect();
-    let results = rag
-        .ingest(&tenant.collection(collection), docs)
-        .await
-        .map_err(|e| rag_error(e, collection))?;
-    let version = rag
-        .store
-        .corpus_version()
-        .await
-        .map_err(ApiError::internal)?;
-    Ok(Json(json!({
-        "collection": collection,
-        "documents": results
-            .iter()
-            .map(|r| json!({"id": r.id, "status": status_name(r.status), "chunks": r.chunks}))
-            .collect::<Vec<_>>(),
-        "corpus_version": version,
-    })))
+    Ok(Json(IngestOut {
+        collection,
+        documents,
+        corpus_version,
+    }))
 }
 
 /// JSON documents, or files as `multipart/form-data`.
 pub async fn create(
     State(state): State<Arc<AppState>>,
-    tenant: Tenant,
+    Caller(tenant): Caller,
     req: Request,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<IngestOut>, ApiError> {
     let multipart = req
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|ct| ct.to_ascii_lowercase().starts_with("multipart/form-data"));
-    if multipart {
+    let (collection, docs) = if multipart {
         let form = Multipart::from_request(req, &state).await.map_err(|e| {
             ApiError::invalid("body", format!("bad multipart body: {}", e.body_text()))
         })?;
-        return upload(&state, &tenant, form).await;
-    }
-    let ApiJson(req) = ApiJson::<IngestRequest>::from_request(req, &state).await?;
-    check_collection(&req.collection, "collection")?;
-    if req.documents.is_empty() {
-        return Err(ApiError::invalid("documents", "must not be empty"));
-    }
-    if req.documents.len() > MAX_DOCS {
-        return Err(ApiError::invalid(
-            "documents",
-            format!("at most {MAX_DOCS} documents per request"),
-        ));
-    }
-    let mut seen = std::collections::HashSet::new();
-    for (i, d) in req.documents.iter().enumerate() {
-        validate_doc(d, &format!("documents[{i}]"))?;
-        if !seen.insert(d.id.as_str()) {
-            return Err(ApiError::invalid(
-                format!("documents[{i}].id"),
-                format!("duplicate id {:?} in this request", d.id),
-            ));
-        }
-    }
-    ingest_docs(&state, &tenant, &req.collection, req.documents).await
+        upload(form).await?
+    } else {
+        let ApiJson(req) = ApiJson::<IngestIn>::from_request(req, &state).await?;
+        check_collection(&req.collection, "collection")?;
+        let docs = req.documents.into_iter().enumerate();
+        let docs = docs.map(|(i, d)| (format!("documents[{i}]"), d)).collect();
+        (req.collection, check_all(docs, "documents")?)
+    };
+    ingest(&state, &tenant, collection, docs).await
+}
+
+fn not_found(id: &str, collection: &str) -> ApiError {
+    let msg = format!("no document {id:?} in collection {collection:?}");
+    ApiError::new(ErrorCode::NotFound, msg)
 }
 
 pub async fn get(
     State(state): State<Arc<AppState>>,
-    tenant: Tenant,
+    Caller(tenant): Caller,
     Path(id): Path<String>,
-    Query(q): Query<CollectionQuery>,
-) -> Result<Json<Value>, ApiError> {
+    ApiQuery(q): ApiQuery<CollectionQuery>,
+) -> Result<Json<DocumentOut>, ApiError> {
     check_collection(&q.collection, "collection")?;
-    let not_found = || {
-        ApiError::new(
-            ErrorCode::NotFound,
-            format!("no document {id:?} in collection {:?}", q.collection),
-        )
+    let store = &state.store;
+    let coll = store.collection_id(&tenant.collection(&q.collection)).await;
+    let Some(coll) = coll.map_err(ApiError::internal)? else {
+        let msg = format!("unknown collection {:?}", q.collection);
+        return Err(ApiError::new(ErrorCode::NotFound, msg).field("collection"));
     };
-    let Some(coll) = state
-        .store
-        .collection_id(&tenant.collection(&q.collection))
-        .await
-        .map_err(ApiError::internal)?
-    else {
-        return Err(ApiError::new(
-            ErrorCode::NotFound,
-            format!("unknown collection {:?}", q.collection),
-        )
-        .field("collection"));
-    };
-    let doc = state
-        .store
+    let doc = store
         .get_document(coll, &id)
         .await
-        .map_err(ApiError::internal)?
-        .ok_or_else(not_found)?;
-    let metadata: Value = serde_json::from_str(&doc.metadata).unwrap_or(Value::Object(Map::new()));
-    Ok(Json(json!({
-        "id": doc.external_id,
-        "collection": q.collection,
-        "title": doc.title,
-        "metadata": metadata,
-        "updated_ms": doc.updated_ms,
-        "chunks": doc.chunks.iter().map(|c| json!({
-            "chunk_id": c.id, "position": c.position, "tokens": c.tokens, "text": c.text,
-        })).collect::<Vec<_>>(),
-    })))
+        .map_err(ApiError::internal)?;
+    let doc = doc.ok_or_else(|| not_found(&id, &q.collection))?;
+    let chunks = doc.chunks.into_iter().map(|c| ChunkOut {
+        chunk_id: c.id,
+        position: c.position,
+        tokens: c.tokens,
+        text: c.text,
+    });
+    Ok(Json(DocumentOut {
+        id: doc.external_id,
+        collection: q.collection,
+        title: doc.title,
+        metadata: serde_json::from_str(&doc.metadata).unwrap_or(Value::Object(Map::new())),
+        updated_ms: doc.updated_ms,
+        chunks: chunks.collect(),
+    }))
 }
 
 pub async fn delete(
     State(state): State<Arc<AppState>>,
-    tenant: Tenant,
+    Caller(tenant): Caller,
     Path(id): Path<String>,
-    Query(q): Query<CollectionQuery>,
-) -> Result<Json<Value>, ApiError> {
+    ApiQuery(q): ApiQuery<CollectionQuery>,
+) -> Result<Json<DeletedOut>, ApiError> {
     check_collection(&q.collection, "collection")?;
-    let rag = engine(&state)?;
-    if rag
-        .delete(&tenant.collection(&q.collection), &id)
-        .await
-        .map_err(|e| rag_error(e, &q.collection))?
+    if !state
+        .pipeline()?
+        .delete(&tenant, &q.collection, &id)
+        .await?
     {
-        Ok(Json(
-            json!({"id": id, "collection": q.collection, "deleted": true}),
-        ))
+        return Err(not_found(&id, &q.collection));
+    }
+    Ok(Json(DeletedOut {
+        id,
+        collection: q.collection,
+        deleted: true,
+    }))
+}
+
+fn multipart_error(e: &axum::extract::multipart::MultipartError) -> ApiError {
+    if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::new(ErrorCode::PayloadTooLarge, "request body is too large")
     } else {
-        Err(ApiError::new(
-            ErrorCode::NotFound,
-            format!("no document {id:?} in collection {:?}", q.collection),
-        ))
+        ApiError::invalid("body", format!("bad multipart body: {}", e.body_text()))
     }
 }
 
 /// Files uploaded as `multipart/form-data`: one or more `file` parts,
 /// optional `collection` and `metadata` (a JSON object applied to every
-/// document) text parts. Every file is read and validated before anything
+/// document) text parts. Every file is read and checked before anything
 /// is written.
-async fn upload(
-    state: &AppState,
-    tenant: &Tenant,
-    mut form: Multipart,
-) -> Result<Json<Value>, ApiError> {
+async fn upload(mut form: Multipart) -> Result<(String, Vec<IngestDoc>), ApiError> {
     let mut collection = default_collection();
     let mut extra = Map::new();
     let mut docs = Vec::new();
@@ -305,24 +311,17 @@ async fn upload(
                 let filename = field
                     .file_name()
                     .map(str::to_owned)
-                    .filter(|f| !f.is_empty())
-                    .ok_or_else(|| {
-                        ApiError::invalid(path.clone(), "a file part needs a filename")
-                    })?;
-                let bytes = field
-                    .bytes()
-                    .await
-                    .map_err(|e| multipart_error(&e))?
-                    .to_vec();
-                let parsed = crate::files::docs_from_file(&filename, bytes)
-                    .map_err(|e| ApiError::invalid(path.clone(), e))?;
+                    .filter(|f| !f.is_empty());
+                let filename = filename
+                    .ok_or_else(|| ApiError::invalid(&path, "a file part needs a filename"))?;
+                let bytes = field.bytes().await.map_err(|e| multipart_error(&e))?;
+                let parsed = ragtime_parse::docs_from_file(&filename, bytes.to_vec())
+                    .map_err(|e| ApiError::invalid(&path, e))?;
                 docs.extend(parsed.into_iter().map(|d| (path.clone(), d)));
             }
             other => {
-                return Err(ApiError::invalid(
-                    other,
-                    "unknown form field; use file, collection or metadata",
-                ));
+                let msg = "unknown form field; use file, collection or metadata";
+                return Err(ApiError::invalid(other, msg));
             }
         }
     }
@@ -331,33 +330,18 @@ async fn upload(
     if docs.is_empty() {
         return Err(ApiError::invalid("file", "no file was uploaded"));
     }
-    if docs.len() > MAX_DOCS {
-        return Err(ApiError::invalid(
-            "file",
-            format!("at most {MAX_DOCS} documents per request"),
-        ));
-    }
-    let docs: Vec<DocumentIn> = docs
+    let docs = docs
         .into_iter()
-        .map(|(path, d)| {
-            let mut metadata = d.metadata;
-            metadata.extend(extra.clone());
+        .map(|(path, mut d)| {
+            d.metadata.extend(extra.clone());
             let doc = DocumentIn {
                 id: d.id,
                 title: d.title,
                 text: d.text,
-                metadata,
+                metadata: d.metadata,
             };
-            validate_doc(&doc, &path).map(|()| doc)
+            (path, doc)
         })
-        .collect::<Result<_, _>>()?;
-    ingest_docs(state, tenant, &collection, docs).await
-}
-
-fn multipart_error(e: &axum::extract::multipart::MultipartError) -> ApiError {
-    if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
-        ApiError::new(ErrorCode::PayloadTooLarge, "request body is too large")
-    } else {
-        ApiError::invalid("body", format!("bad multipart body: {}", e.body_text()))
-    }
+        .collect();
+    Ok((collection, check_all(docs, "file")?))
 }

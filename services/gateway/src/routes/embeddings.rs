@@ -1,35 +1,45 @@
-//! `POST /v1/embeddings`, OpenAI-compatible. The embed stage runs under the
-//! budget engine: off the async threads, cut at the request's deadline.
+//! `POST /v1/embeddings`, OpenAI-compatible, under the budget engine.
 
-use crate::error::{ApiError, ErrorCode};
+use crate::auth::Caller;
+use crate::error::ApiError;
 use crate::extract::ApiJson;
-use crate::routes::with_timing;
+use crate::observe::Arrived;
+use crate::routes::{Timed, check_budget_ms};
 use crate::state::AppState;
 use axum::extract::State;
-use axum::response::Response;
-use ragtime_pipeline::{Done, Outcome, Policy, RequestBudget, Stage, StagePlan};
-use serde::Deserialize;
-use serde_json::json;
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use ragtime_core::BudgetReport;
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 const MAX_INPUTS: usize = 2048;
 const MAX_CHARS: usize = 100_000;
+const MODEL: &str = "all-minilm-l6-v2";
 
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
-pub enum Input {
+enum Input {
     One(String),
     Many(Vec<String>),
 }
 
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Format {
+    #[default]
+    Float,
+    Base64,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct EmbeddingsRequest {
+pub struct EmbeddingsIn {
     input: Input,
     #[serde(default)]
     model: Option<String>,
     #[serde(default)]
-    encoding_format: Option<String>,
+    encoding_format: Option<Format>,
     #[serde(default)]
     #[allow(dead_code)]
     user: Option<String>,
@@ -38,160 +48,129 @@ pub struct EmbeddingsRequest {
     budget_ms: Option<u64>,
 }
 
-const MODEL: &str = "all-minilm-l6-v2";
+impl EmbeddingsIn {
+    fn check(self) -> Result<(Vec<String>, Format, Option<u64>), ApiError> {
+        let texts = match self.input {
+            Input::One(s) => vec![s],
+            Input::Many(v) => v,
+        };
+        if texts.is_empty() {
+            return Err(ApiError::invalid("input", "must not be empty"));
+        }
+        if texts.len() > MAX_INPUTS {
+            let msg = format!("at most {MAX_INPUTS} texts per request");
+            return Err(ApiError::invalid("input", msg));
+        }
+        for (i, t) in texts.iter().enumerate() {
+            let field = format!("input[{i}]");
+            if t.trim().is_empty() {
+                return Err(ApiError::invalid(field, "text must not be empty"));
+            }
+            if t.len() > MAX_CHARS {
+                let msg = format!("text is longer than {MAX_CHARS} bytes");
+                return Err(ApiError::invalid(field, msg));
+            }
+        }
+        if let Some(m) = self.model.filter(|m| m != MODEL) {
+            let msg = format!("unknown model {m:?}; this server embeds with {MODEL:?}");
+            return Err(ApiError::invalid("model", msg));
+        }
+        check_budget_ms(self.budget_ms)?;
+        Ok((
+            texts,
+            self.encoding_format.unwrap_or_default(),
+            self.budget_ms,
+        ))
+    }
+}
+
+#[derive(Serialize)]
+struct EmbeddingsOut<'a> {
+    object: &'static str,
+    data: Vec<EmbeddingOut>,
+    model: &'static str,
+    usage: Usage,
+    budget: &'a BudgetReport,
+}
+
+#[derive(Serialize)]
+struct EmbeddingOut {
+    object: &'static str,
+    index: usize,
+    embedding: Vector,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Vector {
+    Float(Vec<f32>),
+    /// Little-endian f32 bytes, standard base64 (what OpenAI clients decode).
+    Base64(String),
+}
+
+#[derive(Serialize)]
+struct Usage {
+    prompt_tokens: u32,
+    total_tokens: u32,
+}
+
+fn vector(v: Vec<f32>, format: Format) -> Vector {
+    match format {
+        Format::Float => Vector::Float(v),
+        Format::Base64 => {
+            let bytes: Vec<u8> = v.iter().flat_map(|f| f.to_le_bytes()).collect();
+            Vector::Base64(base64::engine::general_purpose::STANDARD.encode(bytes))
+        }
+    }
+}
 
 pub async fn create(
     State(state): State<Arc<AppState>>,
-    tenant: crate::tenant::Tenant,
-    ApiJson(req): ApiJson<EmbeddingsRequest>,
+    Arrived(at): Arrived,
+    Caller(tenant): Caller,
+    ApiJson(req): ApiJson<EmbeddingsIn>,
 ) -> Result<Response, ApiError> {
-    let texts = match req.input {
-        Input::One(s) => vec![s],
-        Input::Many(v) => v,
-    };
-    if texts.is_empty() {
-        return Err(ApiError::invalid("input", "must not be empty"));
-    }
-    if texts.len() > MAX_INPUTS {
-        return Err(ApiError::invalid(
-            "input",
-            format!("at most {MAX_INPUTS} texts per request"),
-        ));
-    }
-    for (i, t) in texts.iter().enumerate() {
-        if t.trim().is_empty() {
-            return Err(ApiError::invalid(
-                format!("input[{i}]"),
-                "text must not be empty",
-            ));
-        }
-        if t.len() > MAX_CHARS {
-            return Err(ApiError::invalid(
-                format!("input[{i}]"),
-                format!("text is longer than {MAX_CHARS} bytes"),
-            ));
-        }
-    }
-    if let Some(m) = &req.model
-        && m != MODEL
-    {
-        return Err(ApiError::invalid(
-            "model",
-            format!("unknown model {m:?}; this server embeds with {MODEL:?}"),
-        ));
-    }
-    let base64 = match req.encoding_format.as_deref() {
-        None | Some("float") => false,
-        Some("base64") => true,
-        Some(other) => {
-            return Err(ApiError::invalid(
-                "encoding_format",
-                format!("{other:?} is not \"float\" or \"base64\""),
-            ));
-        }
-    };
-    if req.budget_ms == Some(0) {
-        return Err(ApiError::invalid("budget_ms", "must be at least 1"));
-    }
-    let rag = state.rag().ok_or_else(|| {
-        ApiError::new(ErrorCode::NotReady, "the embedding model is still loading")
-    })?;
-
-    // A batch endpoint: the embed stage may use the request's whole budget.
-    let mut profile = state.profile_for(tenant.name()).0.tightened(req.budget_ms);
-    profile.embed_ms = profile.total_ms;
-    let budget = RequestBudget::start(
-        &profile,
-        &[StagePlan::new(Stage::Embed, Policy::Required)],
-        None,
-    );
-    let n = texts.len();
-    let run = budget
-        .run(Stage::Embed, move |ctx| {
-            let cancel = ctx.cancel();
-            async move { rag.embedder.embed(texts, cancel).await.map(Done::Full) }
-        })
-        .await;
-    let report = budget.report();
-    crate::observe::record_report(&state.metrics, &report);
-    let vectors = match (run.outcome, run.value) {
-        (Outcome::Ok, Some(v)) => v,
-        (Outcome::Timeout | Outcome::Skipped, _) => {
-            return Err(ApiError::new(
-                ErrorCode::BudgetExceeded,
-                format!(
-                    "embedding {n} texts did not finish within {} ms",
-                    report.total_ms
-                ),
-            )
-            .with_budget(report));
-        }
-        (_, _) => {
-            let detail = report
-                .stages
-                .first()
-                .and_then(|s| s.detail.clone())
-                .unwrap_or_default();
-            return Err(ApiError::internal(format!("embedding failed: {detail}")));
-        }
-    };
-    let data: Vec<_> = vectors
+    let (texts, format, budget_ms) = req.check()?;
+    let done = state
+        .pipeline()?
+        .embeddings(&tenant, texts, budget_ms, at)
+        .await?;
+    let data = done
+        .vectors
         .into_iter()
         .enumerate()
-        .map(|(i, v)| {
-            let embedding = if base64 {
-                json!(encode_base64(&v))
-            } else {
-                json!(v)
-            };
-            json!({"object": "embedding", "index": i, "embedding": embedding})
+        .map(|(index, v)| EmbeddingOut {
+            object: "embedding",
+            index,
+            embedding: vector(v, format),
         })
         .collect();
-    let body = json!({
-        "object": "list",
-        "data": data,
-        "model": MODEL,
-        "usage": {"prompt_tokens": 0, "total_tokens": 0},
-        "budget": report,
-    });
-    Ok(with_timing(&report, body))
-}
-
-/// Little-endian f32 bytes, standard base64 (what OpenAI clients decode).
-fn encode_base64(v: &[f32]) -> String {
-    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let bytes: Vec<u8> = v.iter().flat_map(|f| f.to_le_bytes()).collect();
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for c in bytes.chunks(3) {
-        let n = (u32::from(c[0]) << 16)
-            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
-            | u32::from(*c.get(2).unwrap_or(&0));
-        let idx = [(n >> 18) & 63, (n >> 12) & 63, (n >> 6) & 63, n & 63];
-        out.push(T[idx[0] as usize] as char);
-        out.push(T[idx[1] as usize] as char);
-        out.push(if c.len() > 1 {
-            T[idx[2] as usize] as char
-        } else {
-            '='
-        });
-        out.push(if c.len() > 2 {
-            T[idx[3] as usize] as char
-        } else {
-            '='
-        });
-    }
-    out
+    let body = EmbeddingsOut {
+        object: "list",
+        data,
+        model: MODEL,
+        usage: Usage {
+            prompt_tokens: 0,
+            total_tokens: 0,
+        },
+        budget: &done.report,
+    };
+    Ok(Timed(&done.report, body).into_response())
 }
 
 #[cfg(test)]
 mod tests {
-    use super::encode_base64;
+    use super::*;
 
     #[test]
-    fn base64_matches_the_standard_alphabet_and_padding() {
+    fn base64_vectors_are_little_endian_f32_in_the_standard_alphabet() {
         // 1.0f32 = 00 00 80 3F
-        assert_eq!(encode_base64(&[1.0]), "AACAPw==");
-        assert_eq!(encode_base64(&[]), "");
-        assert_eq!(encode_base64(&[1.0, -2.0]).len(), 12);
+        let enc = |v: &[f32]| match vector(v.to_vec(), Format::Base64) {
+            Vector::Base64(s) => s,
+            Vector::Float(_) => String::new(),
+        };
+        assert_eq!(enc(&[1.0]), "AACAPw==");
+        assert_eq!(enc(&[]), "");
+        assert_eq!(enc(&[1.0, -2.0]).len(), 12);
     }
 }

@@ -6,67 +6,138 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use serde_json::{Value, json};
+use serde::Serialize;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub async fn healthz() -> impl IntoResponse {
-    Json(json!({"status": "alive"}))
+#[derive(Serialize)]
+struct Alive {
+    status: &'static str,
 }
 
-fn check(result: Result<Value, String>) -> (bool, Value) {
-    match result {
-        Ok(mut detail) => {
-            detail["ok"] = Value::Bool(true);
-            (true, detail)
+pub async fn healthz() -> impl IntoResponse {
+    Json(Alive { status: "alive" })
+}
+
+/// One check: `ok`, and its details or its error.
+#[derive(Serialize)]
+struct Check<T> {
+    ok: bool,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    detail: Option<T>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+impl<T> From<Result<T, String>> for Check<T> {
+    fn from(r: Result<T, String>) -> Self {
+        match r {
+            Ok(d) => Self {
+                ok: true,
+                detail: Some(d),
+                error: None,
+            },
+            Err(e) => Self {
+                ok: false,
+                detail: None,
+                error: Some(e),
+            },
         }
-        Err(e) => (false, json!({"ok": false, "error": e})),
     }
 }
 
+#[derive(Serialize)]
+struct EmbedCheck {
+    model: &'static str,
+    dim: usize,
+    chunks_indexed: usize,
+    reranker: bool,
+}
+
+#[derive(Serialize)]
+struct StoreCheck {
+    backend: String,
+}
+
+#[derive(Serialize)]
+struct LlmCheck {
+    base_url: String,
+    models: Vec<String>,
+    /// Every backend's breaker and queue.
+    backends: Vec<ragtime_pipeline::backend::BackendStatus>,
+}
+
+#[derive(Serialize)]
+struct Checks {
+    embed: Check<EmbedCheck>,
+    store: Check<StoreCheck>,
+    llm: Check<LlmCheck>,
+}
+
+#[derive(Serialize)]
+struct Ready {
+    status: &'static str,
+    checks: Checks,
+}
+
 pub async fn readyz(State(state): State<Arc<AppState>>) -> impl IntoResponse {
-    let embed = match state.rag() {
-        Some(r) => Ok(json!({
-            "model": "all-minilm-l6-v2",
-            "dim": r.embedder.dim(),
-            "chunks_indexed": r.indexes.len(),
-            "reranker": state.reranker.get().is_some(),
-        })),
-        None => match state.rag_state() {
+    let embed = match state.loaded() {
+        Some(p) => Ok(EmbedCheck {
+            model: "all-minilm-l6-v2",
+            dim: p.corpus.embedder.dim(),
+            chunks_indexed: p.corpus.indexes.len(),
+            reranker: p.reranker.is_some(),
+        }),
+        None => match state.loading() {
             ModelState::Loading => Err("loading".to_owned()),
             ModelState::Failed(e) => Err(e),
         },
     };
-    let (store, llm) = tokio::join!(
-        async {
-            tokio::time::timeout(Duration::from_secs(1), state.store.ping())
-                .await
-                .map_err(|_| "ping timed out".to_owned())
-                .and_then(|r| r.map_err(|e| e.to_string()))
-                .map(|()| json!({"backend": format!("{:?}", state.store.backend()).to_lowercase()}))
-        },
-        async {
-            state
-                .llm
-                .check(Duration::from_secs(1))
-                .await
-                .map(|models| json!({"base_url": state.llm.base_url(), "models": models}))
-        }
-    );
-    let checks = [
-        ("embed", check(embed)),
-        ("store", check(store)),
-        ("llm", check(llm)),
-    ];
-    let ready = checks.iter().all(|(_, (ok, _))| *ok);
-    let body = json!({
-        "status": if ready { "ready" } else { "not_ready" },
-        "checks": checks.into_iter().map(|(k, (_, v))| (k.to_owned(), v)).collect::<serde_json::Map<_, _>>(),
-    });
+    let store = async {
+        tokio::time::timeout(Duration::from_secs(1), state.store.ping())
+            .await
+            .map_err(|_| "ping timed out".to_owned())
+            .and_then(|r| r.map_err(|e| e.to_string()))
+            .map(|()| StoreCheck {
+                backend: format!("{:?}", state.store.backend()).to_lowercase(),
+            })
+    };
+    // Ready when the first backend answers, or any backend's breaker is
+    // closed (the others may be down: requests avoid them).
+    let llm = async {
+        let backends = state.backends.status();
+        let models = match state.llm.check(Duration::from_secs(1)).await {
+            Ok(m) => m,
+            Err(e) if backends.len() < 2 => return Err(e),
+            Err(e) => {
+                let closed = backends.iter().any(|b| b.breaker.name() == "closed");
+                if !closed {
+                    return Err(e);
+                }
+                Vec::new()
+            }
+        };
+        Ok(LlmCheck {
+            base_url: state.llm.base_url().to_owned(),
+            models,
+            backends,
+        })
+    };
+    let (store, llm) = tokio::join!(store, llm);
+    let checks = Checks {
+        embed: embed.into(),
+        store: store.into(),
+        llm: llm.into(),
+    };
+    let ready = checks.embed.ok && checks.store.ok && checks.llm.ok;
     let status = if ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
+    };
+    let body = Ready {
+        status: if ready { "ready" } else { "not_ready" },
+        checks,
     };
     (status, Json(body))
 }

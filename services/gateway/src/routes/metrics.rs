@@ -1,4 +1,6 @@
-//! `GET /metrics`: Prometheus text exposition.
+//! `GET /metrics`: the OpenMetrics text exposition, with the budgets in
+//! force (for dashboards that draw latency against them) and each LLM
+//! backend's queue, busy slots and breaker as of now.
 
 use crate::state::AppState;
 use axum::extract::State;
@@ -8,25 +10,20 @@ use ragtime_core::Stage;
 use std::sync::Arc;
 
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    let mut text = state.metrics.render();
-    // The budgets in force, for dashboards that draw latency against them.
-    let b = state.budgets();
-    text.push_str("# HELP ragtime_stage_budget_seconds The budget of each stage (and the total) for new requests.\n");
-    text.push_str("# TYPE ragtime_stage_budget_seconds gauge\n");
+    let b = state.budgets.global();
     for s in Stage::ALL {
-        text.push_str(&format!(
-            "ragtime_stage_budget_seconds{{stage=\"{s}\"}} {}\n",
-            b.stage_ms(s) as f64 / 1000.0
-        ));
+        state.metrics.set_budget(Some(s), b.stage_ms(s));
     }
-    text.push_str(&format!(
-        "ragtime_stage_budget_seconds{{stage=\"total\"}} {}\n",
-        b.total_ms as f64 / 1000.0
-    ));
-    let mut resp = text.into_response();
+    state.metrics.set_budget(None, b.total_ms);
+    for s in state.backends.status() {
+        state
+            .metrics
+            .set_backend(&s.name, s.queued, s.busy, s.breaker.name());
+    }
+    let mut resp = state.metrics.render().into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        HeaderValue::from_static(ragtime_telemetry::metrics::CONTENT_TYPE),
     );
     resp
 }

@@ -1,91 +1,120 @@
-//! One file per route resource.
+//! One file per route resource; `/admin` one per admin resource.
 
 mod admin;
 mod chat;
-pub mod documents;
+mod documents;
 mod embeddings;
 mod health;
 mod metrics;
 mod search;
 
-use crate::error::{ApiError, ErrorCode};
+use crate::error::ApiError;
 use crate::state::AppState;
 use axum::Json;
 use axum::Router;
 use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use ragtime_core::BudgetReport;
-use ragtime_pipeline::rag::{Rag, RagError};
+use axum::routing::{delete, get, post};
+use ragtime_core::{BudgetReport, Filter};
+use serde::Serialize;
+use serde_json::Value;
 use std::sync::Arc;
 
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
+        .route("/metrics", get(metrics::metrics))
         .route("/v1/embeddings", post(embeddings::create))
         .route("/v1/documents", post(documents::create))
         .route(
             "/v1/documents/{id}",
             get(documents::get).delete(documents::delete),
         )
-        .route("/v1/search", post(search::search_route))
+        .route("/v1/search", post(search::search))
         .route("/v1/chat/completions", post(chat::completions))
         .route("/v1/models", get(chat::models))
-        .route("/metrics", get(metrics::metrics))
-        .route("/admin", get(admin::page))
-        .route("/admin/stats", get(admin::stats))
+        .route("/admin", get(admin::page::page))
+        .route("/admin/stats", get(admin::stats::stats))
         .route(
             "/admin/budgets",
-            get(admin::get_budgets)
-                .put(admin::put_budgets)
-                .patch(admin::patch_budgets),
+            get(admin::budgets::get)
+                .put(admin::budgets::put)
+                .patch(admin::budgets::patch),
         )
-        .route("/admin/budgets/history", get(admin::budget_history))
-        .route("/admin/budgets/advice", get(admin::budget_advice))
-        .route("/admin/keys", get(admin::list_keys).post(admin::create_key))
+        .route("/admin/budgets/history", get(admin::budgets::history))
+        .route("/admin/budgets/rollback", post(admin::budgets::rollback))
+        .route("/admin/budgets/advice", get(admin::budgets::advice))
         .route(
-            "/admin/experiments",
-            get(admin::get_experiment)
-                .post(admin::start_experiment)
-                .delete(admin::stop_experiment),
+            "/admin/keys",
+            get(admin::keys::list).post(admin::keys::create),
         )
+        .route("/admin/keys/{id}", delete(admin::keys::revoke))
         .route(
             "/admin/tenants/{tenant}/budgets",
-            get(admin::get_tenant_budgets)
-                .put(admin::put_tenant_budgets)
-                .delete(admin::delete_tenant_budgets),
+            get(admin::tenants::get)
+                .put(admin::tenants::put)
+                .delete(admin::tenants::delete),
         )
-        .route("/admin/keys/{id}", axum::routing::delete(admin::revoke_key))
-        .route("/admin/budgets/rollback", post(admin::rollback_budgets))
+        .route(
+            "/admin/tenants/{tenant}/priority",
+            get(admin::tenants::get_priority)
+                .put(admin::tenants::put_priority)
+                .delete(admin::tenants::delete_priority),
+        )
+        .route(
+            "/admin/experiments",
+            get(admin::experiments::get)
+                .post(admin::experiments::start)
+                .delete(admin::experiments::stop),
+        )
         .with_state(state)
 }
 
-/// The engine, or 503 while the models load and the indexes rebuild.
-pub fn engine(state: &AppState) -> Result<Arc<Rag>, ApiError> {
-    state
-        .rag()
-        .ok_or_else(|| ApiError::new(ErrorCode::NotReady, "the models are still loading"))
-}
+/// A JSON answer with a `Server-Timing` header from its budget report.
+pub struct Timed<'a, T>(pub &'a BudgetReport, pub T);
 
-/// An engine error as the caller sees it (`collection`: the name the
-/// caller used, not the stored one).
-pub fn rag_error(e: RagError, collection: &str) -> ApiError {
-    match e {
-        RagError::UnknownCollection(_) => ApiError::new(
-            ErrorCode::NotFound,
-            format!("unknown collection {collection:?}"),
-        )
-        .field("collection"),
-        other => ApiError::internal(other),
+impl<T: Serialize> IntoResponse for Timed<'_, T> {
+    fn into_response(self) -> Response {
+        let timing = self.0.server_timing();
+        let mut resp = Json(self.1).into_response();
+        if let Ok(v) = HeaderValue::from_str(&timing) {
+            resp.headers_mut().insert("server-timing", v);
+        }
+        resp
     }
 }
 
-/// A JSON response with a `Server-Timing` header from the budget report.
-pub fn with_timing(report: &BudgetReport, body: serde_json::Value) -> Response {
-    let mut resp = Json(body).into_response();
-    if let Ok(v) = HeaderValue::from_str(&report.server_timing()) {
-        resp.headers_mut().insert("server-timing", v);
+/// Collection names: 1–64 of `[A-Za-z0-9_.-]`.
+pub fn check_collection(name: &str, field: &str) -> Result<(), ApiError> {
+    if ragtime_core::valid_collection(name) {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(
+            field,
+            "must be 1 to 64 characters of letters, digits, '_', '-' or '.'",
+        ))
     }
-    resp
+}
+
+/// A request's own budget may tighten the total, never be zero.
+pub fn check_budget_ms(budget_ms: Option<u64>) -> Result<(), ApiError> {
+    match budget_ms {
+        Some(0) => Err(ApiError::invalid("budget_ms", "must be at least 1")),
+        _ => Ok(()),
+    }
+}
+
+/// A `filter` field, parsed, and its canonical text (for cache scopes).
+pub fn parse_filter(v: Option<&Value>) -> Result<(Filter, String), ApiError> {
+    match v {
+        None => Ok((Filter::All, String::new())),
+        Some(v) => Filter::parse(v, "filter")
+            .map(|f| (f, v.to_string()))
+            .map_err(|e| ApiError::invalid(e.path, e.message)),
+    }
+}
+
+pub fn default_collection() -> String {
+    "default".to_owned()
 }

@@ -1,38 +1,25 @@
 //! `POST /v1/search`: hybrid, dense or lexical retrieval under the budget.
 
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::ApiJson;
-use crate::routes::documents::check_collection;
-use crate::routes::{engine, rag_error, with_timing};
+use crate::observe::Arrived;
+use crate::routes::{Timed, check_budget_ms, check_collection, default_collection, parse_filter};
 use crate::state::AppState;
-use crate::tenant::Tenant;
 use axum::extract::State;
-use axum::response::Response;
-use ragtime_core::Filter;
-use ragtime_pipeline::RequestBudget;
-use ragtime_pipeline::rerank::{RerankParams, rerank};
-use ragtime_pipeline::search::{Mode, RERANK_PLAN, SEARCH_PLAN, SearchRequest, search};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use axum::response::{IntoResponse, Response};
+use ragtime_core::BudgetReport;
+use ragtime_pipeline::SearchQuery;
+use ragtime_pipeline::search::{Mode, SearchOutcome};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use std::sync::Arc;
 
 const MAX_TOP_K: usize = 100;
 const MAX_QUERY: usize = 4096;
 
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ModeIn {
-    Hybrid,
-    Dense,
-    Lexical,
-}
-
 fn default_top_k() -> usize {
     10
-}
-
-fn default_collection() -> String {
-    "default".to_owned()
 }
 
 #[derive(Debug, Deserialize)]
@@ -42,7 +29,7 @@ pub struct SearchIn {
     #[serde(default = "default_top_k")]
     top_k: usize,
     #[serde(default)]
-    mode: Option<ModeIn>,
+    mode: Option<Mode>,
     #[serde(default)]
     filter: Option<Value>,
     #[serde(default = "default_collection")]
@@ -55,123 +42,84 @@ pub struct SearchIn {
     rerank: bool,
 }
 
-pub async fn search_route(
+impl SearchIn {
+    fn check(self) -> Result<SearchQuery, ApiError> {
+        if self.query.trim().is_empty() {
+            return Err(ApiError::invalid("query", "must not be empty"));
+        }
+        if self.query.len() > MAX_QUERY {
+            return Err(ApiError::invalid(
+                "query",
+                format!("longer than {MAX_QUERY} bytes"),
+            ));
+        }
+        if !(1..=MAX_TOP_K).contains(&self.top_k) {
+            let msg = format!("must be between 1 and {MAX_TOP_K}");
+            return Err(ApiError::invalid("top_k", msg));
+        }
+        check_budget_ms(self.budget_ms)?;
+        check_collection(&self.collection, "collection")?;
+        let (filter, _) = parse_filter(self.filter.as_ref())?;
+        Ok(SearchQuery {
+            collection: self.collection,
+            query: self.query,
+            top_k: self.top_k,
+            mode: self.mode.unwrap_or_default(),
+            filter,
+            rerank: self.rerank,
+            budget_ms: self.budget_ms,
+        })
+    }
+}
+
+#[derive(Serialize)]
+struct SearchOut<'a> {
+    results: Vec<ResultOut<'a>>,
+    sources: &'a [&'static str],
+    partial: bool,
+    budget: &'a BudgetReport,
+}
+
+#[derive(Serialize)]
+struct ResultOut<'a> {
+    document_id: &'a str,
+    chunk_id: i64,
+    score: f32,
+    title: &'a str,
+    text: &'a str,
+    metadata: &'a Value,
+}
+
+impl<'a> From<&'a SearchOutcome> for SearchOut<'a> {
+    fn from(o: &'a SearchOutcome) -> Self {
+        let results = o
+            .hits
+            .iter()
+            .map(|h| ResultOut {
+                document_id: &h.chunk.external_id,
+                chunk_id: h.chunk.chunk_id,
+                score: h.score,
+                title: &h.chunk.title,
+                text: &h.chunk.text,
+                metadata: &h.chunk.metadata,
+            })
+            .collect();
+        Self {
+            results,
+            sources: &o.sources,
+            partial: o.partial(),
+            budget: &o.report,
+        }
+    }
+}
+
+pub async fn search(
     State(state): State<Arc<AppState>>,
-    tenant: Tenant,
+    Arrived(at): Arrived,
+    Caller(tenant): Caller,
     ApiJson(req): ApiJson<SearchIn>,
 ) -> Result<Response, ApiError> {
-    if req.query.trim().is_empty() {
-        return Err(ApiError::invalid("query", "must not be empty"));
-    }
-    if req.query.len() > MAX_QUERY {
-        return Err(ApiError::invalid(
-            "query",
-            format!("longer than {MAX_QUERY} bytes"),
-        ));
-    }
-    if req.top_k == 0 || req.top_k > MAX_TOP_K {
-        return Err(ApiError::invalid(
-            "top_k",
-            format!("must be between 1 and {MAX_TOP_K}"),
-        ));
-    }
-    if req.budget_ms == Some(0) {
-        return Err(ApiError::invalid("budget_ms", "must be at least 1"));
-    }
-    check_collection(&req.collection, "collection")?;
-    let filter = match &req.filter {
-        None => Filter::All,
-        Some(v) => Filter::parse(v, "filter").map_err(|e| ApiError::invalid(e.path, e.message))?,
-    };
-    let rag = engine(&state)?;
-    let index = rag
-        .collection(&tenant.collection(&req.collection))
-        .await
-        .map_err(|e| rag_error(e, &req.collection))?;
-    let mode = match req.mode {
-        None | Some(ModeIn::Hybrid) => Mode::Hybrid,
-        Some(ModeIn::Dense) => Mode::Dense,
-        Some(ModeIn::Lexical) => Mode::Lexical,
-    };
-    let reranker = if req.rerank {
-        Some(state.reranker.get().cloned().ok_or_else(|| {
-            ApiError::invalid(
-                "rerank",
-                "no reranker is configured (set RAGTIME__RERANK__MODEL_DIR)",
-            )
-        })?)
-    } else {
-        None
-    };
-    let plan: &[_] = if reranker.is_some() {
-        &RERANK_PLAN
-    } else {
-        &SEARCH_PLAN
-    };
-    let (profile, arm) = state.profile_for(tenant.name());
-    let budget = RequestBudget::start(&profile, plan, req.budget_ms);
-    let r = &state.config.rerank;
-    let mut out = search(
-        &budget,
-        &rag.embedder,
-        &index,
-        &SearchRequest {
-            query: req.query.clone(),
-            top_k: if reranker.is_some() {
-                req.top_k.max(r.depth)
-            } else {
-                req.top_k
-            },
-            mode,
-            filter,
-        },
-    )
-    .await;
-    if let Some(model) = reranker {
-        let params = RerankParams {
-            depth: r.depth,
-            batch: r.batch,
-            weight: r.weight,
-        };
-        let (hits, _) = rerank(
-            &budget,
-            &model,
-            &req.query,
-            std::mem::take(&mut out.hits),
-            params,
-        )
-        .await;
-        out.hits = hits.into_iter().take(req.top_k).collect();
-        out.report = budget.report();
-    }
-    let results: Vec<Value> = out
-        .hits
-        .iter()
-        .map(|h| {
-            json!({
-                "document_id": h.chunk.external_id,
-                "chunk_id": h.chunk.chunk_id,
-                "score": h.score,
-                "title": h.chunk.title,
-                "text": h.chunk.text,
-                "metadata": *h.chunk.metadata,
-            })
-        })
-        .collect();
-    let report = out.report;
-    let partial = report.first_degraded().is_some();
-    crate::observe::record_report(&state.metrics, &report);
-    if let Some((e, a)) = &arm {
-        e.record(*a, &report, partial);
-    }
-    crate::observe::record_partial(partial, report.first_degraded().map(|s| s.stage.name()));
-    Ok(with_timing(
-        &report,
-        json!({
-            "results": results,
-            "sources": out.sources,
-            "partial": partial,
-            "budget": report,
-        }),
-    ))
+    let query = req.check()?;
+    let out = state.pipeline()?.search(&tenant, query, at).await?;
+    Ok(Timed(&out.report, SearchOut::from(&out)).into_response())
 }

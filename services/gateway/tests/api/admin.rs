@@ -5,37 +5,24 @@
 //! replica on the same store follows within 2 s.
 
 use crate::fake_llm::{Behaviour, FakeLlm};
-use crate::helpers::{TestApp, error_of};
+use crate::helpers::{PgDatabase, TestApp, error_of};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
-const KEY: &str = "admin-key-for-the-budget-tests";
-
-async fn app(fake: &FakeLlm, data_dir: Option<std::path::PathBuf>) -> TestApp {
-    fake.app(move |c| {
-        c.admin_key = Some(ragtime_gateway::config::Secret(KEY.into()));
-        if let Some(d) = data_dir {
-            c.data_dir = d;
-        }
-    })
+async fn app(fake: &FakeLlm, data_dir: Option<&std::path::Path>) -> TestApp {
+    let b = TestApp::builder().llm(fake).admin();
+    match data_dir {
+        Some(d) => b.data_dir(d),
+        None => b,
+    }
+    .spawn()
     .await
 }
 
-async fn admin(
-    app: &TestApp,
-    method: reqwest::Method,
-    path: &str,
-    body: Option<Value>,
-) -> reqwest::Response {
-    let mut r = app.http.request(method, app.url(path)).bearer_auth(KEY);
-    if let Some(b) = body {
-        r = r.json(&b);
-    }
-    r.send().await.expect("admin request")
-}
-
 async fn budgets(app: &TestApp) -> Value {
-    let r = admin(app, reqwest::Method::GET, "/admin/budgets", None).await;
+    let r = app
+        .admin(reqwest::Method::GET, "/admin/budgets", None)
+        .await;
     assert_eq!(r.status(), 200);
     r.json().await.expect("json")
 }
@@ -56,7 +43,8 @@ async fn embed_on_next_search(app: &TestApp) -> (String, u64) {
 }
 
 async fn patch(app: &TestApp, body: Value) -> reqwest::Response {
-    admin(app, reqwest::Method::PATCH, "/admin/budgets", Some(body)).await
+    app.admin(reqwest::Method::PATCH, "/admin/budgets", Some(body))
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -107,13 +95,13 @@ async fn budgets_change_at_runtime_roll_back_survive_restarts_and_reach_replicas
             "{body} → {e}"
         );
     }
-    let put_missing = admin(
-        &a,
-        reqwest::Method::PUT,
-        "/admin/budgets",
-        Some(json!({"total_ms": 3000, "stages": {"cache": 10, "embed": 30}})),
-    )
-    .await;
+    let put_missing = a
+        .admin(
+            reqwest::Method::PUT,
+            "/admin/budgets",
+            Some(json!({"total_ms": 3000, "stages": {"cache": 10, "embed": 30}})),
+        )
+        .await;
     let (status, _, f, _) = error_of(put_missing).await;
     assert_eq!((status, f.as_deref()), (422, Some("stages.retrieve")));
     // Only the admin.
@@ -138,32 +126,36 @@ async fn budgets_change_at_runtime_roll_back_survive_restarts_and_reach_replicas
 
     // v2: the GPU profile, all at once.
     let gpu = json!({"total_ms": 3000, "stages": {"cache": 10, "embed": 30, "retrieve": 60, "rerank": 150, "llm_ttft": 700, "llm_generate": 2000}});
-    let r = admin(&a, reqwest::Method::PUT, "/admin/budgets", Some(gpu)).await;
+    let r = a
+        .admin(reqwest::Method::PUT, "/admin/budgets", Some(gpu))
+        .await;
     assert_eq!(r.status(), 200);
     assert_eq!(embed_on_next_search(&a).await.1, 30);
     // v3: roll back to v1.
-    let r = admin(
-        &a,
-        reqwest::Method::POST,
-        "/admin/budgets/rollback",
-        Some(json!({"version": 1})),
-    )
-    .await;
+    let r = a
+        .admin(
+            reqwest::Method::POST,
+            "/admin/budgets/rollback",
+            Some(json!({"version": 1})),
+        )
+        .await;
     assert_eq!(r.status(), 200);
     let v3: Value = r.json().await.expect("json");
     assert_eq!(v3["version"], 3);
     assert_eq!(embed_on_next_search(&a).await, ("fallback".into(), 0));
-    let r = admin(
-        &a,
-        reqwest::Method::POST,
-        "/admin/budgets/rollback",
-        Some(json!({"version": 42})),
-    )
-    .await;
+    let r = a
+        .admin(
+            reqwest::Method::POST,
+            "/admin/budgets/rollback",
+            Some(json!({"version": 42})),
+        )
+        .await;
     let (status, _, f, _) = error_of(r).await;
     assert_eq!((status, f.as_deref()), (404, Some("version")));
     // The audit log.
-    let r = admin(&a, reqwest::Method::GET, "/admin/budgets/history", None).await;
+    let r = a
+        .admin(reqwest::Method::GET, "/admin/budgets/history", None)
+        .await;
     let h: Value = r.json().await.expect("json");
     let versions = h["versions"].as_array().cloned().unwrap_or_default();
     assert_eq!(versions.len(), 3);
@@ -178,7 +170,7 @@ async fn budgets_change_at_runtime_roll_back_survive_restarts_and_reach_replicas
     );
 
     // A second replica on the same store follows within 2 s.
-    let b = app(&fake, Some(a._data.path().to_owned())).await;
+    let b = app(&fake, Some(a.data_dir())).await;
     assert_eq!(
         budgets(&b).await["version"],
         3,
@@ -202,7 +194,7 @@ async fn budgets_change_at_runtime_roll_back_survive_restarts_and_reach_replicas
 
     // A restart keeps the budgets in force.
     let data = a.shutdown_keep_data().await;
-    let a2 = app(&fake, Some(data.path().to_owned())).await;
+    let a2 = app(&fake, Some(data.path())).await;
     let after = budgets(&a2).await;
     assert_eq!(
         (after["version"].clone(), after["stages"]["embed"].clone()),
@@ -232,13 +224,13 @@ async fn advice_fits_the_target_from_live_latencies_and_can_be_applied() {
             200
         );
     }
-    let r = admin(
-        &a,
-        reqwest::Method::GET,
-        "/admin/budgets/advice?total_ms=3000",
-        None,
-    )
-    .await;
+    let r = a
+        .admin(
+            reqwest::Method::GET,
+            "/admin/budgets/advice?total_ms=3000",
+            None,
+        )
+        .await;
     assert_eq!(r.status(), 200);
     let adv: Value = r.json().await.expect("json");
     let stages = adv["proposed"].as_object().cloned().unwrap_or_default();
@@ -273,13 +265,13 @@ async fn advice_fits_the_target_from_live_latencies_and_can_be_applied() {
 
     // Too tight for what the stages take: everything shrinks, and partial
     // answers become likely.
-    let r = admin(
-        &a,
-        reqwest::Method::GET,
-        "/admin/budgets/advice?total_ms=20",
-        None,
-    )
-    .await;
+    let r = a
+        .admin(
+            reqwest::Method::GET,
+            "/admin/budgets/advice?total_ms=20",
+            None,
+        )
+        .await;
     let tight: Value = r.json().await.expect("json");
     assert_eq!(tight["fits"], false);
     assert!(
@@ -291,7 +283,9 @@ async fn advice_fits_the_target_from_live_latencies_and_can_be_applied() {
 
     // The advice is a valid budget: it can be put in force as it is.
     let body = json!({"total_ms": 3000, "stages": adv["proposed"].clone()});
-    let r = admin(&a, reqwest::Method::PUT, "/admin/budgets", Some(body)).await;
+    let r = a
+        .admin(reqwest::Method::PUT, "/admin/budgets", Some(body))
+        .await;
     assert_eq!(r.status(), 200);
 
     for (q, field) in [
@@ -299,13 +293,13 @@ async fn advice_fits_the_target_from_live_latencies_and_can_be_applied() {
         ("total_ms=soon", "total_ms"),
         ("budget=3", "budget"),
     ] {
-        let r = admin(
-            &a,
-            reqwest::Method::GET,
-            &format!("/admin/budgets/advice?{q}"),
-            None,
-        )
-        .await;
+        let r = a
+            .admin(
+                reqwest::Method::GET,
+                &format!("/admin/budgets/advice?{q}"),
+                None,
+            )
+            .await;
         let (status, _, f, _) = error_of(r).await;
         assert_eq!((status, f.as_deref()), (422, Some(field)), "{q}");
     }
@@ -339,7 +333,7 @@ async fn an_experiment_sends_a_share_of_traffic_to_a_candidate_and_reports_each_
         .post_json("/v1/documents", json!({"documents": [{"id": "mito", "text": "Mitochondria produce ATP for the cell."}]}))
         .await;
     assert_eq!(r.status(), 200);
-    let start = |body: Value| admin(&a, reqwest::Method::POST, "/admin/experiments", Some(body));
+    let start = |body: Value| a.admin(reqwest::Method::POST, "/admin/experiments", Some(body));
 
     // Refused starts name the field.
     for (body, field) in [
@@ -374,7 +368,9 @@ async fn an_experiment_sends_a_share_of_traffic_to_a_candidate_and_reports_each_
     for _ in 0..5 {
         assert_eq!(embed_on_next_search(&a).await.0, "fallback");
     }
-    let r = admin(&a, reqwest::Method::GET, "/admin/experiments", None).await;
+    let r = a
+        .admin(reqwest::Method::GET, "/admin/experiments", None)
+        .await;
     let e: Value = r.json().await.expect("json");
     let arms = &e["running"]["arms"];
     assert_eq!(arms["candidate"]["requests"], 5, "{e}");
@@ -389,7 +385,9 @@ async fn an_experiment_sends_a_share_of_traffic_to_a_candidate_and_reports_each_
         arms["candidate"]["stages"]["retrieve"]["p95_ms"].is_number(),
         "{e}"
     );
-    let r = admin(&a, reqwest::Method::DELETE, "/admin/experiments", None).await;
+    let r = a
+        .admin(reqwest::Method::DELETE, "/admin/experiments", None)
+        .await;
     assert_eq!(r.status(), 200);
     assert_eq!(
         embed_on_next_search(&a).await.0,
@@ -407,7 +405,9 @@ async fn an_experiment_sends_a_share_of_traffic_to_a_candidate_and_reports_each_
             fallbacks += 1;
         }
     }
-    let r = admin(&a, reqwest::Method::DELETE, "/admin/experiments", None).await;
+    let r = a
+        .admin(reqwest::Method::DELETE, "/admin/experiments", None)
+        .await;
     let e: Value = r.json().await.expect("json");
     let arms = &e["stopped"]["arms"];
     let (c, t) = (
@@ -417,31 +417,26 @@ async fn an_experiment_sends_a_share_of_traffic_to_a_candidate_and_reports_each_
     assert_eq!((c + t, t), (40, fallbacks), "{e}");
     assert!(c > 0 && t > 0, "both arms ran: {c} / {t}");
     assert_eq!(arms["control"]["partial_rate"], 0.0);
-    let r = admin(&a, reqwest::Method::DELETE, "/admin/experiments", None).await;
+    let r = a
+        .admin(reqwest::Method::DELETE, "/admin/experiments", None)
+        .await;
     assert_eq!(error_of(r).await.0, 404);
     a.shutdown().await.expect("shutdown");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replicas_on_postgres_follow_a_budget_change_within_two_seconds() {
-    let Ok(admin_url) = std::env::var("RAGTIME_TEST_DATABASE_URL") else {
-        eprintln!("RAGTIME_TEST_DATABASE_URL is not set: the PostgreSQL replica test did not run");
-        return;
-    };
-    let name = format!("ragtime_rep_{}", crate::health::uuid_like());
-    assert!(crate::health::sqlx_admin(&admin_url, &format!("CREATE DATABASE {name}")).await);
-    let base = admin_url
-        .rsplit_once('/')
-        .map_or(admin_url.as_str(), |(b, _)| b)
-        .to_owned();
-    let url = format!("{base}/{name}");
+#[ignore = "needs PostgreSQL (RAGTIME_TEST_DATABASE_URL)"]
+async fn needs_postgres_replicas_follow_a_budget_change_within_two_seconds() {
+    let db = PgDatabase::create("ragtime_rep").await;
     let fake = FakeLlm::start(Behaviour::Fail).await;
     let replica = |url: String| {
-        fake.app(move |c| {
-            c.admin_key = Some(ragtime_gateway::config::Secret(KEY.into()));
-            c.database_url = Some(ragtime_gateway::config::Secret(url));
-        })
+        TestApp::builder()
+            .llm(&fake)
+            .admin()
+            .config(|c| c.database_url = Some(ragtime_gateway::config::Secret::from(url)))
+            .spawn()
     };
+    let url = db.url.clone();
     let a = replica(url.clone()).await;
     let b = replica(url).await;
     let r = patch(&a, json!({"stages": {"rerank": 0}})).await;
@@ -462,9 +457,5 @@ async fn replicas_on_postgres_follow_a_budget_change_within_two_seconds() {
     eprintln!("replica followed after {:?}", t.elapsed());
     a.shutdown().await.expect("shutdown a");
     b.shutdown().await.expect("shutdown b");
-    crate::health::sqlx_admin(
-        &admin_url,
-        &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
-    )
-    .await;
+    db.drop_db().await;
 }

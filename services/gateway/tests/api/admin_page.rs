@@ -3,22 +3,18 @@
 //! names the field, a saved change is applied to the next request.
 
 use crate::fake_llm::{Behaviour, FakeLlm};
+use crate::helpers::{ADMIN_KEY as KEY, TestApp};
 use serde_json::{Value, json};
 
-const KEY: &str = "admin-key-for-the-browser-test";
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_admin_signs_in_changes_a_budget_and_it_is_applied() {
-    let Some(node_path) = std::env::var_os("RAGTIME_TEST_NODE_PATH") else {
-        eprintln!(
-            "RAGTIME_TEST_NODE_PATH is not set (make test sets it): the browser test did not run"
-        );
-        return;
-    };
+#[ignore = "needs Chromium and playwright-core (RAGTIME_TEST_NODE_PATH)"]
+async fn needs_chromium_an_admin_signs_in_changes_a_budget_and_it_is_applied() {
+    let node_path = ragtime_testkit::need(
+        "RAGTIME_TEST_NODE_PATH",
+        "headless Chromium with playwright-core (installed by make test)",
+    );
     let fake = FakeLlm::start(Behaviour::Fail).await;
-    let app = fake
-        .app(|c| c.admin_key = Some(ragtime_gateway::config::Secret(KEY.into())))
-        .await;
+    let app = TestApp::builder().llm(&fake).admin().spawn().await;
     let r = app
         .post_json(
             "/v1/documents",
@@ -88,6 +84,17 @@ async fn an_admin_signs_in_changes_a_budget_and_it_is_applied() {
             "llm_ttft",
             "llm_generate"
         ])
+    );
+
+    // The backends and the degradation levels are shown.
+    let row = &seen["backends"][0];
+    assert_eq!(row[0], json!(fake.base_url), "{seen}");
+    assert_eq!(row[1], "closed", "{seen}");
+    assert!(
+        seen["levels"]
+            .as_str()
+            .is_some_and(|l| l.starts_with("1: ≥ 100 % busy")),
+        "{seen}"
     );
 
     // Applied: the next request runs under the new budget.

@@ -9,29 +9,25 @@ use std::time::{Duration, Instant};
 
 const TOTAL_MS: u64 = 3000;
 
-async fn app_with(fake: &FakeLlm) -> TestApp {
-    let app = fake
-        .app(|c| {
-            c.budgets.total_ms = TOTAL_MS;
-            c.budgets.cache_ms = 20;
-            c.budgets.embed_ms = 300;
-            c.budgets.retrieve_ms = 300;
-            c.budgets.rerank_ms = 0;
-            c.budgets.llm_ttft_ms = 600;
-            c.budgets.llm_generate_ms = 1200;
-        })
-        .await;
-    let r = app
-        .post_json(
-            "/v1/documents",
-            json!({"documents": [
-                {"id": "mito", "title": "Mitochondria", "text": "Mitochondria produce ATP for the cell through oxidative phosphorylation. They have their own DNA."},
-                {"id": "vaccine", "title": "Vaccines", "text": "Vaccines train the immune system to recognise a pathogen without causing disease."},
-                {"id": "market", "title": "Markets", "text": "Stock markets rallied on Monday after the central bank cut interest rates."},
-            ]}),
-        )
-        .await;
-    assert_eq!(r.status(), 200);
+/// The app on `fake`, with three documents; `real`: embed with the model
+/// (the semantic cache's paraphrases need it).
+async fn app_with(fake: &FakeLlm, real: bool) -> TestApp {
+    let b = TestApp::builder().llm(fake).config(|c| {
+        c.budgets.total_ms = TOTAL_MS;
+        c.budgets.cache_ms = 20;
+        c.budgets.embed_ms = 300;
+        c.budgets.retrieve_ms = 300;
+        c.budgets.rerank_ms = 0;
+        c.budgets.llm_ttft_ms = 600;
+        c.budgets.llm_generate_ms = 1200;
+    });
+    let app = if real { b.real_embeddings() } else { b }.spawn().await;
+    app.ingest(json!({"documents": [
+        {"id": "mito", "title": "Mitochondria", "text": "Mitochondria produce ATP for the cell through oxidative phosphorylation. They have their own DNA."},
+        {"id": "vaccine", "title": "Vaccines", "text": "Vaccines train the immune system to recognise a pathogen without causing disease."},
+        {"id": "market", "title": "Markets", "text": "Stock markets rallied on Monday after the central bank cut interest rates."},
+    ]}))
+    .await;
     app
 }
 
@@ -41,42 +37,15 @@ fn ask(q: &str) -> Value {
 
 async fn chat(app: &TestApp, body: Value) -> (Value, Duration) {
     let t = Instant::now();
-    let r = app.post_json("/v1/chat/completions", body).await;
-    assert_eq!(r.status(), 200);
-    let v: Value = r.json().await.expect("json");
-    (v, t.elapsed())
+    let b = app.chat(body).await;
+    (b, t.elapsed())
 }
 
 /// Streams a chat; returns every chunk, whether `[DONE]` came, and the
 /// time until the stream ended.
-async fn chat_stream(app: &TestApp, mut body: Value) -> (Vec<Value>, bool, Duration) {
-    body["stream"] = json!(true);
-    let t = Instant::now();
-    let mut r = app.post_json("/v1/chat/completions", body).await;
-    assert_eq!(r.status(), 200);
-    assert_eq!(
-        r.headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok()),
-        Some("text/event-stream")
-    );
-    let mut buf = String::new();
-    while let Some(bytes) = r.chunk().await.expect("chunk") {
-        buf.push_str(&String::from_utf8_lossy(&bytes));
-    }
-    let elapsed = t.elapsed();
-    let mut chunks = Vec::new();
-    let mut done = false;
-    for frame in buf.split("\n\n").filter(|f| !f.trim().is_empty()) {
-        let data = frame.strip_prefix("data: ").expect("data frame");
-        if data == "[DONE]" {
-            done = true;
-        } else {
-            assert!(!done, "a chunk after [DONE]");
-            chunks.push(serde_json::from_str(data).expect("chunk json"));
-        }
-    }
-    (chunks, done, elapsed)
+async fn chat_stream(app: &TestApp, body: Value) -> (Vec<Value>, bool, Duration) {
+    let s = app.chat_stream(body).await;
+    (s.chunks, s.done, s.elapsed)
 }
 
 fn content(chunks: &[Value]) -> String {
@@ -108,7 +77,7 @@ fn cited(b: &Value) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_first_token_gives_an_extractive_answer_within_the_budget() {
     let fake = FakeLlm::start(Behaviour::StallBeforeFirstToken).await;
-    let app = app_with(&fake).await;
+    let app = app_with(&fake, false).await;
 
     let (b, elapsed) = chat(&app, ask("What do mitochondria produce for the cell?")).await;
     assert!(
@@ -159,7 +128,7 @@ async fn a_late_first_token_gives_an_extractive_answer_within_the_budget() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stall_mid_stream_keeps_what_was_streamed_and_ends_with_length() {
     let fake = FakeLlm::start(Behaviour::StallAfter { tokens: 3 }).await;
-    let app = app_with(&fake).await;
+    let app = app_with(&fake, false).await;
 
     let (chunks, done, elapsed) =
         chat_stream(&app, ask("What do mitochondria produce for the cell?")).await;
@@ -199,11 +168,14 @@ async fn a_stall_mid_stream_keeps_what_was_streamed_and_ends_with_length() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_backend_still_gets_the_user_a_cited_answer() {
     let fake = FakeLlm::start(Behaviour::Fail).await;
-    let app = app_with(&fake).await;
+    let app = app_with(&fake, false).await;
     let (b, elapsed) = chat(&app, ask("How do vaccines work?")).await;
     assert!(elapsed < Duration::from_millis(TOTAL_MS), "{elapsed:?}");
     assert_eq!(b["partial"], true, "{b}");
-    assert_eq!(b["partial_reason"], "llm_ttft");
+    assert_eq!(
+        b["partial_reason"], "llm_error",
+        "the backend erred, not the clock"
+    );
     assert_eq!(outcome(&b, "llm_ttft"), "error");
     let detail = b["budget"]["stages"]
         .as_array()
@@ -227,7 +199,7 @@ async fn full_answers_are_cached_for_paraphrases_until_the_corpus_changes() {
         gap: Duration::from_millis(5),
     })
     .await;
-    let app = app_with(&fake).await;
+    let app = app_with(&fake, true).await;
     let tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
     let r = app
         .http
@@ -357,7 +329,7 @@ async fn conversations_are_stored_and_their_last_turns_reach_the_prompt() {
         gap: Duration::from_millis(1),
     })
     .await;
-    let app = app_with(&fake).await;
+    let app = app_with(&fake, false).await;
     let mut first = ask("What do mitochondria produce?");
     first["conversation_id"] = json!("conv-1");
     let (b, _) = chat(&app, first).await;
@@ -423,7 +395,7 @@ async fn bad_chat_requests_name_the_field_and_reach_no_backend() {
         gap: Duration::ZERO,
     })
     .await;
-    let app = app_with(&fake).await;
+    let app = app_with(&fake, false).await;
     let user = |c: Value| json!({"role": "user", "content": c});
     let cases: Vec<(Value, u16, &str)> = vec![
         (json!({"messages": [user(json!("hi"))]}), 422, "model"),

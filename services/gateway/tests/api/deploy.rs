@@ -16,13 +16,30 @@ fn yaml(path: &str) -> serde_yaml::Value {
 }
 
 /// Metric names ragtime exports (every family prints its HELP line).
+/// The sample names `/metrics` exposes once every metric has a sample
+/// (histogram suffixes removed, as in [`referenced`]).
 fn exported() -> BTreeSet<String> {
-    let mut text = ragtime_telemetry::metrics::Metrics::default().render();
-    text.push_str("# HELP ragtime_stage_budget_seconds\n");
-    text.lines()
-        .filter_map(|l| l.strip_prefix("# HELP "))
-        .filter_map(|l| l.split_whitespace().next())
-        .map(str::to_owned)
+    use ragtime_core::{Outcome, Stage};
+    use std::time::Duration;
+    let m = std::sync::Arc::new(ragtime_telemetry::metrics::Metrics::default());
+    m.stage(
+        Stage::Rerank,
+        Outcome::Partial,
+        Duration::from_millis(5),
+        true,
+    );
+    m.partial_answer("llm_ttft");
+    m.request("/v1/search", 200);
+    m.cache_lookup(true);
+    m.ttft(Duration::from_millis(5));
+    m.time_per_output_token(Duration::from_millis(5));
+    m.set_budget(Some(Stage::Rerank), 500);
+    let _busy = (m.in_flight(), m.llm_in_flight());
+    m.render()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .flat_map(referenced)
         .collect()
 }
 

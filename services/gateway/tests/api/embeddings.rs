@@ -1,35 +1,21 @@
-use crate::helpers::{error_of, spawn_app, spawn_app_with};
+use crate::helpers::{TestApp, error_of};
 use serde_json::json;
 
+/// Little-endian f32s from standard base64, as OpenAI clients decode them.
 fn decode_b64(s: &str) -> Vec<f32> {
-    let val = |c: u8| -> u32 {
-        match c {
-            b'A'..=b'Z' => u32::from(c - b'A'),
-            b'a'..=b'z' => u32::from(c - b'a') + 26,
-            b'0'..=b'9' => u32::from(c - b'0') + 52,
-            b'+' => 62,
-            _ => 63,
-        }
-    };
-    let mut bytes = Vec::new();
-    for chunk in s.as_bytes().chunks(4) {
-        let pad = chunk.iter().filter(|&&c| c == b'=').count();
-        let n = chunk.iter().fold(0u32, |acc, &c| {
-            (acc << 6) | if c == b'=' { 0 } else { val(c) }
-        });
-        let three = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
-        bytes.extend_from_slice(&three[..3 - pad]);
-    }
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(s)
+        .expect("base64");
     bytes
-        .chunks(4)
+        .chunks_exact(4)
         .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
         .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embeddings_run_under_the_budget_engine_and_report_it() {
-    let app = spawn_app().await;
-    app.wait_ready().await;
+    let app = TestApp::builder().real_embeddings().spawn().await;
     let r = app
         .http
         .post(app.url("/v1/embeddings"))
@@ -91,8 +77,7 @@ async fn embeddings_run_under_the_budget_engine_and_report_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exhausted_budget_is_a_503_with_the_budget_story_not_a_hang() {
-    let app = spawn_app().await;
-    app.wait_ready().await;
+    let app = TestApp::builder().real_embeddings().spawn().await;
     let texts: Vec<String> = (0..1024)
         .map(|i| format!("passage number {i} about protein folding and chaperones"))
         .collect();
@@ -114,11 +99,10 @@ async fn an_exhausted_budget_is_a_503_with_the_budget_story_not_a_hang() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configured_budgets_are_what_requests_get() {
-    let app = spawn_app_with(|c| {
-        c.budgets = ragtime_pipeline::BudgetProfile::gpu();
-    })
-    .await;
-    app.wait_ready().await;
+    let app = TestApp::builder()
+        .config(|c| c.budgets = ragtime_pipeline::BudgetProfile::gpu())
+        .spawn()
+        .await;
     // A request may tighten the total but never loosen it.
     for (asked, got) in [(None, 3_000), (Some(60_000), 3_000), (Some(2_000), 2_000)] {
         let r = app

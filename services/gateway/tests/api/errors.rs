@@ -1,11 +1,10 @@
-use crate::helpers::{error_of, spawn_app};
+use crate::helpers::{TestApp, error_of};
 use serde_json::json;
 
 /// Bad input gets a 4xx with a JSON body naming the field.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_a_clear_json_error_naming_the_field() {
-    let app = spawn_app().await;
-    app.wait_ready().await;
+    let app = TestApp::spawn().await;
     let cases = [
         (json!({"input": []}), 422, "invalid_request", Some("input")),
         (
@@ -110,7 +109,11 @@ async fn bad_input_is_a_clear_json_error_naming_the_field() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_bodies_are_refused() {
-    let app = crate::helpers::spawn_app_with(|c| c.server.body_limit_bytes = 4096).await;
+    let app = TestApp::builder()
+        .config(|c| c.server.body_limit_bytes = 4096)
+        .not_ready()
+        .spawn()
+        .await;
     let big = "x".repeat(10_000);
     let r = app.post_json("/v1/embeddings", json!({"input": big})).await;
     let (s, c, _, _) = error_of(r).await;

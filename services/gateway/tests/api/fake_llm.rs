@@ -72,22 +72,6 @@ impl FakeLlm {
         }
     }
 
-    /// Starts ragtime with this server as its LLM backend and `tweak`
-    /// applied, and waits until it is ready.
-    pub async fn app(
-        &self,
-        tweak: impl FnOnce(&mut ragtime_gateway::Config) + Send + 'static,
-    ) -> crate::helpers::TestApp {
-        let url = self.base_url.clone();
-        let app = crate::helpers::spawn_app_with(move |c| {
-            c.llm.base_url = Some(url);
-            tweak(c);
-        })
-        .await;
-        app.wait_ready().await;
-        app
-    }
-
     pub fn seen(&self) -> Vec<Seen> {
         self.inner.seen.lock().expect("lock").clone()
     }

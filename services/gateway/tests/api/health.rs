@@ -1,8 +1,13 @@
-use crate::helpers::{spawn_app, spawn_app_with};
+use crate::helpers::{PgDatabase, TestApp};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn healthz_answers_at_once_and_readyz_once_everything_is_warm() {
-    let app = spawn_app().await;
+    let app = TestApp::builder()
+        .real_embeddings()
+        .local_llm()
+        .not_ready()
+        .spawn()
+        .await;
     let r = app
         .http
         .get(app.url("/healthz"))
@@ -29,8 +34,11 @@ async fn readyz_is_503_and_names_the_llm_when_the_backend_is_unreachable() {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("port");
-    let app =
-        spawn_app_with(|c| c.llm.base_url = Some(format!("http://127.0.0.1:{port}/v1"))).await;
+    let app = TestApp::builder()
+        .llm_url(format!("http://127.0.0.1:{port}/v1"))
+        .not_ready()
+        .spawn()
+        .await;
     // Give the embedder time to load so only the LLM is missing.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
@@ -64,50 +72,16 @@ async fn readyz_is_503_and_names_the_llm_when_the_backend_is_unreachable() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_store_when_configured() {
-    let Ok(admin_url) = std::env::var("RAGTIME_TEST_DATABASE_URL") else {
-        eprintln!("RAGTIME_TEST_DATABASE_URL is not set: PostgreSQL gateway test did not run");
-        return;
-    };
-    let name = format!("ragtime_gw_{}", uuid_like());
-    let admin = sqlx_admin(&admin_url, &format!("CREATE DATABASE {name}")).await;
-    assert!(
-        admin,
-        "could not create a database on RAGTIME_TEST_DATABASE_URL"
-    );
-    let base = admin_url
-        .rsplit_once('/')
-        .map_or(admin_url.as_str(), |(b, _)| b)
-        .to_owned();
-    let url = format!("{base}/{name}");
-    let app = spawn_app_with(|c| c.database_url = Some(ragtime_gateway::config::Secret(url))).await;
+#[ignore = "needs PostgreSQL (RAGTIME_TEST_DATABASE_URL)"]
+async fn needs_postgres_store_when_configured() {
+    let db = PgDatabase::create("ragtime_gw").await;
+    let url = db.url.clone();
+    let app = TestApp::builder()
+        .config(|c| c.database_url = Some(ragtime_gateway::config::Secret::from(url)))
+        .spawn()
+        .await;
     let body = app.wait_ready().await;
     assert_eq!(body["checks"]["store"]["backend"], "postgres");
     app.shutdown().await.expect("shutdown");
-    sqlx_admin(
-        &admin_url,
-        &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
-    )
-    .await;
-}
-
-pub fn uuid_like() -> String {
-    format!(
-        "{:x}{:x}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0)
-    )
-}
-
-/// Runs one statement on the admin database.
-pub async fn sqlx_admin(url: &str, sql: &str) -> bool {
-    let Ok(pool) = sqlx::PgPool::connect(url).await else {
-        return false;
-    };
-    let ok = sqlx::query(sql).execute(&pool).await.is_ok();
-    pool.close().await;
-    ok
+    db.drop_db().await;
 }

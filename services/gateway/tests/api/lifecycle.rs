@@ -1,10 +1,10 @@
-use crate::helpers::spawn_app;
+use crate::helpers::TestApp;
 use std::time::Duration;
 
 /// Shutdown drains, stops the supervised llama-server and returns cleanly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graceful_shutdown_stops_the_server_and_the_local_llm() {
-    let app = spawn_app().await;
+    let app = TestApp::builder().local_llm().not_ready().spawn().await;
     let ready = app.wait_ready().await;
     let llm = ready["checks"]["llm"]["base_url"]
         .as_str()
@@ -29,7 +29,6 @@ async fn graceful_shutdown_stops_the_server_and_the_local_llm() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_store_lives_in_the_data_dir() {
-    let app = spawn_app().await;
-    app.wait_ready().await;
-    assert!(app._data.path().join("ragtime.db").is_file());
+    let app = TestApp::spawn().await;
+    assert!(app.data_dir().join("ragtime.db").is_file());
 }

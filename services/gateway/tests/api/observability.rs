@@ -2,7 +2,7 @@
 //! and `/admin/stats` gives live stage percentiles to the admin only.
 
 use crate::fake_llm::{Behaviour, FakeLlm};
-use crate::helpers::{TestApp, error_of};
+use crate::helpers::{ADMIN_KEY as KEY, TestApp, error_of};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -18,7 +18,7 @@ async fn scrape(app: &TestApp) -> String {
         r.headers()
             .get("content-type")
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|c| c.starts_with("text/plain"))
+            .is_some_and(|c| c.starts_with("application/openmetrics-text"))
     );
     r.text().await.expect("text")
 }
@@ -30,8 +30,6 @@ fn sample(text: &str, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-const KEY: &str = "an-admin-key-of-some-length";
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_move_with_traffic_and_stats_are_for_the_admin() {
     let fake = FakeLlm::start(Behaviour::Answer {
@@ -39,11 +37,13 @@ async fn metrics_move_with_traffic_and_stats_are_for_the_admin() {
         gap: Duration::from_millis(5),
     })
     .await;
-    let app = fake
-        .app(|c| {
-            c.admin_key = Some(ragtime_gateway::config::Secret(KEY.into()));
-            c.budgets.rerank_ms = 0;
-        })
+    // The same question twice must hit the cache: real embeddings.
+    let app = TestApp::builder()
+        .real_embeddings()
+        .llm(&fake)
+        .admin()
+        .config(|c| c.budgets.rerank_ms = 0)
+        .spawn()
         .await;
     let r = app
         .post_json(
@@ -55,7 +55,6 @@ async fn metrics_move_with_traffic_and_stats_are_for_the_admin() {
 
     let retrieve_ok = "ragtime_stage_duration_seconds_count{stage=\"retrieve\",outcome=\"ok\"}";
     let before = scrape(&app).await;
-    assert!(before.contains("# TYPE ragtime_stage_duration_seconds histogram"));
     let r = app.post_json("/v1/search", json!({"query": "ATP"})).await;
     assert_eq!(r.status(), 200);
     let ask = json!({"model": "m", "messages": [{"role": "user", "content": "What do mitochondria produce for the cell?"}]});
@@ -66,6 +65,8 @@ async fn metrics_move_with_traffic_and_stats_are_for_the_admin() {
     let b: Value = r.json().await.expect("json");
     assert_eq!(b["cached"], true);
     let after = scrape(&app).await;
+    assert!(after.contains("# TYPE ragtime_stage_duration_seconds histogram"));
+    assert!(after.ends_with("# EOF\n"), "OpenMetrics ends with # EOF");
 
     let moved = |series: &str| sample(&after, series) - sample(&before, series);
     assert_eq!(moved(retrieve_ok), 2.0, "search + one uncached chat");
@@ -144,8 +145,7 @@ async fn metrics_move_with_traffic_and_stats_are_for_the_admin() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_an_admin_key_the_admin_api_is_off_and_says_so() {
-    let fake = FakeLlm::start(Behaviour::Fail).await;
-    let app = fake.app(|_| {}).await;
+    let app = TestApp::spawn().await;
     let r = app
         .http
         .get(app.url("/admin/stats"))

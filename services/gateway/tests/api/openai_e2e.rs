@@ -3,27 +3,21 @@
 //! llama-server with SmolLM2, streamed and not, and the citations point at
 //! the ingested documents.
 
-use crate::helpers::spawn_app;
+use crate::helpers::TestApp;
 use serde_json::{Value, json};
 
-/// Where `make test` installed the client; `None` says the test did not run.
-fn client_path() -> Option<String> {
-    let p = std::env::var("RAGTIME_TEST_PYTHONPATH").ok();
-    if p.is_none() {
-        eprintln!(
-            "RAGTIME_TEST_PYTHONPATH is not set (make test sets it): the openai client test did not run"
-        );
-    }
-    p
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_official_openai_client_streams_an_answer_with_citations() {
-    let Some(pythonpath) = client_path() else {
-        return;
-    };
-    let app = spawn_app().await;
-    app.wait_ready().await;
+#[ignore = "needs the openai Python client (RAGTIME_TEST_PYTHONPATH)"]
+async fn needs_openai_client_streams_an_answer_with_citations() {
+    let pythonpath = ragtime_testkit::need(
+        "RAGTIME_TEST_PYTHONPATH",
+        "the official openai Python client (installed by make test)",
+    );
+    let app = TestApp::builder()
+        .real_embeddings()
+        .local_llm()
+        .spawn()
+        .await;
     let ids = ["mito", "vaccine", "market", "photo"];
     let r = app
         .post_json(

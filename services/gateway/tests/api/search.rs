@@ -1,7 +1,7 @@
 //! Ingestion and search through the HTTP API, with the real model and
 //! indexes, on SQLite (and PostgreSQL in `health.rs`).
 
-use crate::helpers::{TestApp, error_of, ids, spawn_app, spawn_app_with};
+use crate::helpers::{TestApp, error_of, ids};
 use serde_json::{Value, json};
 
 fn corpus() -> Value {
@@ -26,8 +26,7 @@ async fn search(app: &TestApp, body: Value) -> (Value, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ingest_then_search_in_every_mode_with_filters() {
-    let app = spawn_app().await;
-    app.wait_ready().await;
+    let app = TestApp::builder().real_embeddings().spawn().await;
     let r = app.post_json("/v1/documents", corpus()).await;
     assert_eq!(r.status(), 200);
     let body: Value = r.json().await.expect("json");
@@ -87,8 +86,7 @@ async fn ingest_then_search_in_every_mode_with_filters() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reingest_replaces_unchanged_is_skipped_delete_removes_and_restart_rebuilds() {
-    let app = spawn_app().await;
-    app.wait_ready().await;
+    let app = TestApp::builder().real_embeddings().spawn().await;
     app.post_json("/v1/documents", corpus()).await;
     let again: Value = app
         .post_json("/v1/documents", corpus())
@@ -152,9 +150,12 @@ async fn reingest_replaces_unchanged_is_skipped_delete_removes_and_restart_rebui
     assert_eq!(r.status(), 404);
 
     // A new process on the same data folder rebuilds the indexes from the store.
-    let data = app._data.path().to_owned();
-    let _keep = app.shutdown_keep_data().await;
-    let app2 = spawn_app_with(|c| c.data_dir = data.clone()).await;
+    let data = app.shutdown_keep_data().await;
+    let app2 = TestApp::builder()
+        .real_embeddings()
+        .data_dir(data.path())
+        .spawn()
+        .await;
     let ready = app2.wait_ready().await;
     assert_eq!(ready["checks"]["embed"]["chunks_indexed"], 2);
     let (b, _) = search(&app2, json!({"query": "chloroplasts light"})).await;
@@ -174,8 +175,12 @@ async fn reingest_replaces_unchanged_is_skipped_delete_removes_and_restart_rebui
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_embedding_overrun_falls_back_to_lexical_results() {
-    let app = spawn_app_with(|c| c.budgets.embed_ms = 1).await;
-    app.wait_ready().await;
+    // The real model takes more than the 1 ms the embed stage gets.
+    let app = TestApp::builder()
+        .real_embeddings()
+        .config(|c| c.budgets.embed_ms = 1)
+        .spawn()
+        .await;
     app.post_json("/v1/documents", corpus()).await;
     let (b, timing) = search(
         &app,
@@ -191,8 +196,7 @@ async fn an_embedding_overrun_falls_back_to_lexical_results() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_ingest_and_search_input_is_refused_and_changes_nothing() {
-    let app = spawn_app().await;
-    app.wait_ready().await;
+    let app = TestApp::spawn().await;
     let cases = [
         (json!({"documents": []}), "documents"),
         (

@@ -5,19 +5,18 @@
 //! limits are per tenant.
 
 use crate::fake_llm::{Behaviour, FakeLlm};
-use crate::helpers::{TestApp, error_of};
+use crate::helpers::{ADMIN_KEY as ADMIN, TestApp, error_of};
 use ragtime_gateway::Config;
 use serde_json::{Value, json};
 use std::time::Duration;
 
-const ADMIN: &str = "admin-key-for-the-tenant-tests";
-
 async fn app(fake: &FakeLlm, tweak: impl FnOnce(&mut Config) + Send + 'static) -> TestApp {
-    fake.app(move |c| {
-        c.admin_key = Some(ragtime_gateway::config::Secret(ADMIN.into()));
-        tweak(c);
-    })
-    .await
+    TestApp::builder()
+        .llm(fake)
+        .admin()
+        .config(tweak)
+        .spawn()
+        .await
 }
 
 async fn new_key(app: &TestApp, tenant: &str) -> (String, String) {

@@ -1,7 +1,7 @@
 //! File upload (`multipart/form-data` on `POST /v1/documents`) and
 //! `ragtime ingest FILE…`.
 
-use crate::helpers::{error_of, ids, spawn_app, spawn_app_with};
+use crate::helpers::{TestApp, error_of, ids};
 use reqwest::multipart::{Form, Part};
 use serde_json::{Value, json};
 use std::io::Write;
@@ -44,20 +44,13 @@ fn file(name: &str, bytes: Vec<u8>) -> Part {
     Part::bytes(bytes).file_name(name.to_owned())
 }
 
-async fn search_ids(app: &crate::helpers::TestApp, body: Value) -> Vec<String> {
-    let b: Value = app
-        .post_json("/v1/search", body)
-        .await
-        .json()
-        .await
-        .expect("json");
-    ids(&b)
+async fn search_ids(app: &TestApp, body: Value) -> Vec<String> {
+    ids(&app.search(body).await)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uploaded_files_of_every_type_become_searchable_documents() {
-    let app = spawn_app().await;
-    app.wait_ready().await;
+    let app = TestApp::builder().real_embeddings().spawn().await;
     let form = Form::new()
         .text("collection", "uploads")
         .text("metadata", r#"{"team": "bio"}"#)
@@ -121,8 +114,10 @@ async fn uploaded_files_of_every_type_become_searchable_documents() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_uploads_are_refused_and_write_nothing() {
-    let app = spawn_app_with(|c| c.server.body_limit_bytes = 64 * 1024).await;
-    app.wait_ready().await;
+    let app = TestApp::builder()
+        .config(|c| c.server.body_limit_bytes = 64 * 1024)
+        .spawn()
+        .await;
     let cases: Vec<(Form, u16, &str)> = vec![
         (
             Form::new()
@@ -267,8 +262,12 @@ async fn the_ingest_command_loads_beir_jsonl_that_a_server_then_serves() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("line 2"));
 
-    let path = data.path().to_owned();
-    let app = spawn_app_with(|c| c.data_dir = path).await;
+    // The command embedded with the real model: so must the server.
+    let app = TestApp::builder()
+        .real_embeddings()
+        .data_dir(data.path())
+        .spawn()
+        .await;
     let ready = app.wait_ready().await;
     assert_eq!(ready["checks"]["embed"]["chunks_indexed"], 3);
     assert_eq!(
@@ -367,8 +366,12 @@ async fn a_crash_mid_ingest_loses_nothing_acknowledged_and_leaves_no_half_docume
     assert_eq!(empty, 0, "a document without its chunks was left behind");
     assert_eq!(logged, docs, "every stored document has its log entry");
 
-    let path = data.path().to_owned();
-    let app = spawn_app_with(|c| c.data_dir = path).await;
+    // The command embedded with the real model: so must the server.
+    let app = TestApp::builder()
+        .real_embeddings()
+        .data_dir(data.path())
+        .spawn()
+        .await;
     let ready = app.wait_ready().await;
     assert_eq!(
         ready["checks"]["embed"]["chunks_indexed"], chunks,

@@ -40,6 +40,10 @@ const { chromium } = require("playwright-core");
     const saved = await page.textContent("#save-msg");
     await page.waitForSelector("#history button[data-version='1']");
     const chart = await page.$$eval("#chart .row", (rows) => rows.map((r) => r.dataset.stage));
+    await page.waitForSelector("#backends tr[data-backend]");
+    const backends = await page.$$eval("#backends tr[data-backend]", (rows) =>
+      rows.map((r) => [...r.children].map((c) => c.textContent)));
+    const levels = await page.textContent("#levels");
     // An experiment, started and stopped from the page.
     await page.fill("#exp-name", "no-rerank");
     await page.fill("#exp-share", "1.5");
@@ -54,7 +58,7 @@ const { chromium } = require("playwright-core");
     await page.click("#exp-stop");
     await page.waitForSelector("#experiment-form:not([hidden])");
     console.log(JSON.stringify({
-      wrongKey, before, refused, versionAfterRefusal, saved, chart, offsite, badShare, arms,
+      wrongKey, before, refused, versionAfterRefusal, saved, chart, offsite, badShare, arms, backends, levels,
       embed: await page.inputValue("#budget-embed"),
       history: await page.$$eval("#history tr", (rows) => rows.length),
     }));

@@ -1,0 +1,630 @@
+//! Load on the chat path, against ragtime served in this process on
+//! loopback, by HTTP as clients send it (streamed chat, OpenAI protocol):
+//!
+//! - `ragtime-bench load`: the embedded defaults (local llama-server with
+//!   its slots, `BENCH_DOCS` SciFact documents, semantic cache off). It
+//!   first measures capacity — full answers per second with as many
+//!   closed-loop clients as the backend has slots (the knee: more clients
+//!   only queue) — then runs open-loop Poisson arrivals at each factor of
+//!   it (`BENCH_FACTORS`, default 0.5,1,2,4; `BENCH_SECONDS` each) and
+//!   prints, per level, goodput, partial answers by reason, 503s, latency
+//!   percentiles and how far answers ran past their budgets.
+//! - `ragtime-bench hedge`: two fault-injecting backends, one stalling its
+//!   first token by 3 s on every tenth request, with hedging off and on.
+//! - `ragtime-bench kill`: two local llama-servers; one is killed mid-run
+//!   (SIGKILL; its supervisor brings it back): what users saw, and when
+//!   its breaker opened and closed.
+//!
+//! Open loop, not closed: arrivals do not wait for answers, so a slow
+//! server meets the same load as a fast one (a closed loop throttles
+//! itself and hides queueing).
+
+use crate::data::SciFact;
+use crate::env_usize;
+use crate::stats::{Rng, pct};
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use ragtime_gateway::config::Secret;
+use ragtime_gateway::{Application, Config};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+const ADMIN: &str = "admin-key-for-the-load-bench";
+
+/// ragtime serving on loopback.
+pub struct Server {
+    pub base: String,
+    http: reqwest::Client,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    done: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    _data: tempfile::TempDir,
+}
+
+impl Server {
+    pub async fn start(tweak: impl FnOnce(&mut Config)) -> Server {
+        let data = tempfile::tempdir().expect("tempdir");
+        let mut c = Config::default();
+        c.server.addr = "127.0.0.1:0".parse().expect("addr");
+        c.data_dir = data.path().to_owned();
+        c.admin_key = Some(Secret::from(ADMIN));
+        c.cache.enabled = false;
+        tweak(&mut c);
+        let app = Application::build(c).await.expect("start ragtime");
+        let base = format!("http://127.0.0.1:{}", app.port());
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let done = tokio::spawn(app.run_until(async {
+            let _ = rx.await;
+        }));
+        let s = Server {
+            base,
+            http: reqwest::Client::new(),
+            stop: Some(tx),
+            done: Some(done),
+            _data: data,
+        };
+        let t = Instant::now();
+        while s.get("/readyz").await.0 != 200 {
+            assert!(
+                t.elapsed() < Duration::from_secs(300),
+                "ragtime never became ready"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        s
+    }
+
+    async fn get(&self, path: &str) -> (u16, Value) {
+        let r = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(ADMIN)
+            .send()
+            .await;
+        match r {
+            Ok(r) => (r.status().as_u16(), r.json().await.unwrap_or(Value::Null)),
+            Err(_) => (0, Value::Null),
+        }
+    }
+
+    /// Ingests the first `n` SciFact documents (100 a request).
+    pub async fn ingest(&self, data: &SciFact, n: usize) {
+        for batch in data.corpus[..n.min(data.corpus.len())].chunks(100) {
+            let docs: Vec<Value> = batch
+                .iter()
+                .map(|(id, title, text)| json!({"id": id, "title": title, "text": text}))
+                .collect();
+            let r = self
+                .http
+                .post(format!("{}/v1/documents", self.base))
+                .json(&json!({"documents": docs}))
+                .send()
+                .await
+                .expect("ingest");
+            assert_eq!(r.status(), 200, "ingest");
+        }
+    }
+
+    /// The first backend's learned speed: (ms before the first token, ms
+    /// per prompt token).
+    async fn prefill(&self) -> (f64, f64) {
+        let (_, s) = self.get("/admin/stats").await;
+        let b = &s["llm"]["backends"][0];
+        (
+            b["ttft_base_ms"].as_f64().unwrap_or(0.0),
+            b["ms_per_prompt_token"].as_f64().unwrap_or(0.0),
+        )
+    }
+
+    async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(d) = self.done.take() {
+            let _ = d.await;
+        }
+    }
+}
+
+/// What one streamed chat came to.
+#[derive(Debug, Clone)]
+struct Answer {
+    status: u16,
+    reason: Option<String>,
+    first_chunk: Option<Duration>,
+    ttft: Option<Duration>,
+    total: Duration,
+    /// The answer's time minus its budget (ms); negative when early.
+    over_budget_ms: f64,
+}
+
+/// One streamed chat request, read to its end.
+async fn ask(http: &reqwest::Client, base: &str, q: &str) -> Answer {
+    let t0 = Instant::now();
+    let body = json!({"model": "m", "stream": true, "max_tokens": 96,
+        "messages": [{"role": "user", "content": q}]});
+    let mut a = Answer {
+        status: 0,
+        reason: None,
+        first_chunk: None,
+        ttft: None,
+        total: Duration::ZERO,
+        over_budget_ms: 0.0,
+    };
+    let r = match http
+        .post(format!("{base}/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .await
+    {
+        Ok(r) => r,
+        Err(_) => return a,
+    };
+    a.status = r.status().as_u16();
+    if a.status != 200 {
+        a.total = t0.elapsed();
+        return a;
+    }
+    let mut events = r.bytes_stream().eventsource();
+    let mut budget_ms = 0.0;
+    while let Some(Ok(ev)) = events.next().await {
+        if ev.data == "[DONE]" {
+            break;
+        }
+        let Ok(v) = serde_json::from_str::<Value>(&ev.data) else {
+            continue;
+        };
+        if a.first_chunk.is_none() {
+            a.first_chunk = Some(t0.elapsed());
+        }
+        let text = v["choices"][0]["delta"]["content"]
+            .as_str()
+            .unwrap_or_default();
+        if a.ttft.is_none() && !text.is_empty() {
+            a.ttft = Some(t0.elapsed());
+        }
+        if v.get("budget").is_some() {
+            a.reason = v["partial_reason"].as_str().map(str::to_owned);
+            budget_ms = v["budget"]["total_ms"].as_f64().unwrap_or(0.0);
+        }
+    }
+    a.total = t0.elapsed();
+    a.over_budget_ms = a.total.as_secs_f64() * 1000.0 - budget_ms;
+    a
+}
+
+/// SciFact train questions whose relevant documents are among the first
+/// `docs` ingested.
+fn questions(data: &SciFact, docs: usize) -> Vec<String> {
+    let ingested: HashSet<&str> = data
+        .corpus
+        .iter()
+        .take(docs)
+        .map(|(id, _, _)| id.as_str())
+        .collect();
+    data.queries
+        .iter()
+        .filter(|(qid, _)| {
+            data.qrels
+                .get(qid)
+                .is_some_and(|r| r.iter().any(|d| ingested.contains(d.as_str())))
+        })
+        .map(|(_, q)| q.clone())
+        .collect()
+}
+
+/// `clients` asking back to back for `dur`.
+async fn closed_loop(base: &str, qs: &[String], clients: usize, dur: Duration) -> Vec<Answer> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let qs = Arc::new(qs.to_vec());
+    let until = Instant::now() + dur;
+    let tasks: Vec<_> = (0..clients)
+        .map(|_| {
+            let (next, qs, base) = (next.clone(), qs.clone(), base.to_owned());
+            tokio::spawn(async move {
+                let http = reqwest::Client::new();
+                let mut out = Vec::new();
+                while Instant::now() < until {
+                    let q = &qs[next.fetch_add(1, Ordering::Relaxed) % qs.len()];
+                    out.push(ask(&http, &base, q).await);
+                }
+                out
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap_or_default());
+    }
+    all
+}
+
+/// Poisson arrivals at `rate` a second for `dur`, each its own task.
+async fn open_loop(
+    base: &str,
+    qs: &[String],
+    rate: f64,
+    dur: Duration,
+    rng: &mut Rng,
+) -> Vec<Answer> {
+    let http = reqwest::Client::new();
+    let start = Instant::now();
+    let mut at = 0.0;
+    let mut tasks = Vec::new();
+    let mut i = 0usize;
+    loop {
+        at += rng.exponential(rate);
+        if at >= dur.as_secs_f64() {
+            break;
+        }
+        tokio::time::sleep_until((start + Duration::from_secs_f64(at)).into()).await;
+        let (http, base, q) = (http.clone(), base.to_owned(), qs[i % qs.len()].clone());
+        i += 1;
+        tasks.push(tokio::spawn(async move { ask(&http, &base, &q).await }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        if let Ok(a) = t.await {
+            all.push(a);
+        }
+    }
+    all
+}
+
+/// Full answers (a 200, nothing degraded) a second.
+fn goodput(a: &[Answer], secs: f64) -> f64 {
+    a.iter()
+        .filter(|x| x.status == 200 && x.reason.is_none())
+        .count() as f64
+        / secs.max(1e-9)
+}
+
+fn ms(v: Vec<Duration>, p: f64) -> String {
+    let mut v = v;
+    if v.is_empty() {
+        return "–".into();
+    }
+    format!("{:.0}", pct(&mut v, p))
+}
+
+fn row(name: &str, rate: f64, a: &[Answer], secs: f64) {
+    let ok: Vec<&Answer> = a.iter().filter(|x| x.status == 200).collect();
+    let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+    for x in &ok {
+        if let Some(r) = &x.reason {
+            *reasons.entry(r.clone()).or_default() += 1;
+        }
+    }
+    let s503 = a.iter().filter(|x| x.status == 503).count();
+    let other = a
+        .iter()
+        .filter(|x| x.status != 200 && x.status != 503)
+        .count();
+    let total: Vec<Duration> = ok.iter().map(|x| x.total).collect();
+    let ttft: Vec<Duration> = ok.iter().filter_map(|x| x.ttft).collect();
+    let first: Vec<Duration> = ok.iter().filter_map(|x| x.first_chunk).collect();
+    let mut over: Vec<f64> = ok.iter().map(|x| x.over_budget_ms).collect();
+    over.sort_by(f64::total_cmp);
+    let over99 = over.get(((over.len().max(1) - 1) as f64 * 0.99).round() as usize);
+    let not_llm = |r: &str| r == "overload" || r == "llm_ttft";
+    let unwritten: Vec<Duration> = ok
+        .iter()
+        .filter(|x| x.reason.as_deref().is_some_and(not_llm))
+        .map(|x| x.total)
+        .collect();
+    let shed: Vec<Duration> = ok
+        .iter()
+        .filter(|x| x.reason.as_deref() == Some("overload"))
+        .map(|x| x.total)
+        .collect();
+    let missed = reasons.get("llm_ttft").copied().unwrap_or(0);
+    println!(
+        "| {name} | {rate:.2} | {} | {:.2} | {} | {s503} | {other} | {} / {} / {} | {} / {} / {} | {} / {} | {} | {} | {} | {:.1} % |",
+        a.len(),
+        goodput(a, secs),
+        if reasons.is_empty() {
+            "–".to_owned()
+        } else {
+            reasons
+                .iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        },
+        ms(total.clone(), 50.0),
+        ms(total.clone(), 95.0),
+        ms(total, 99.0),
+        ms(ttft.clone(), 50.0),
+        ms(ttft.clone(), 95.0),
+        ms(ttft, 99.0),
+        ms(first.clone(), 50.0),
+        ms(first, 95.0),
+        over99.map_or("–".into(), |o| format!("{o:.0}")),
+        ms(unwritten, 95.0),
+        ms(shed, 95.0),
+        100.0 * missed as f64 / a.len().max(1) as f64,
+    );
+}
+
+fn header() {
+    println!(
+        "| load | arrivals/s | requests | goodput (full answers/s) | partial by reason | 503 | other errors | total p50 / p95 / p99 ms | first token p50 / p95 / p99 ms | first chunk p50 / p95 ms | p99 of total − budget ms | not written by the LLM, p95 ms | shed, p95 ms | admitted, then no first token |"
+    );
+    println!("|---|---:|---:|---:|---|---:|---:|---|---|---|---:|---:|---:|---:|");
+}
+
+/// `ragtime-bench load`.
+pub async fn load(data: &SciFact) {
+    let secs = env_usize("BENCH_SECONDS", 60) as u64;
+    let docs = env_usize("BENCH_DOCS", 500);
+    let factors: Vec<f64> = std::env::var("BENCH_FACTORS")
+        .unwrap_or_else(|_| "0.5,1,2,4".into())
+        .split(',')
+        .filter_map(|f| f.trim().parse().ok())
+        .collect();
+    let server = Server::start(|_| {}).await;
+    server.ingest(data, docs).await;
+    let qs = questions(data, docs);
+    let (_, stats) = server.get("/admin/stats").await;
+    let slots = stats["llm"]["backends"][0]["slots"].as_u64().unwrap_or(2) as usize;
+    // Warm the backend (and its learned speed), then measure capacity.
+    let _ = closed_loop(&server.base, &qs, slots, Duration::from_secs(10)).await;
+    let before = server.prefill().await;
+    let dur = Duration::from_secs(secs);
+    let cap_answers = closed_loop(&server.base, &qs[50..], slots, dur).await;
+    let capacity = goodput(&cap_answers, dur.as_secs_f64());
+    println!(
+        "\n## load: streamed chat against the embedded defaults ({docs} SciFact documents, {slots} llama-server slots, semantic cache off, max_tokens 96, {secs} s a level)"
+    );
+    println!("capacity ({slots} closed-loop clients): {capacity:.3} full answers/s");
+    header();
+    row(
+        "capacity (closed loop)",
+        0.0,
+        &cap_answers,
+        dur.as_secs_f64(),
+    );
+    let mut rng = Rng(7);
+    for f in factors {
+        let rate = f * capacity.max(0.05);
+        let a = open_loop(&server.base, &qs, rate, dur, &mut rng).await;
+        row(&format!("{f}×"), rate, &a, dur.as_secs_f64());
+    }
+    let after = server.prefill().await;
+    println!(
+        "learned prefill before / after the run: {:.0} ms + {:.2} ms a prompt token / {:.0} ms + {:.2} ms a prompt token",
+        before.0, before.1, after.0, after.1
+    );
+    server.stop().await;
+}
+
+/// A fault-injecting OpenAI-compatible backend: every `stall_every`th
+/// request waits `stall` before its first token.
+pub struct FakeBackend {
+    pub base_url: String,
+    pub requests: Arc<AtomicUsize>,
+}
+
+impl FakeBackend {
+    pub async fn start(stall_every: usize, stall: Duration) -> FakeBackend {
+        use axum::routing::{get, post};
+        let requests = Arc::new(AtomicUsize::new(0));
+        let n = requests.clone();
+        let app = axum::Router::new()
+            .route(
+                "/v1/models",
+                get(|| async { axum::Json(json!({"object": "list", "data": [{"id": "fake"}]})) }),
+            )
+            .route(
+                "/v1/chat/completions",
+                post(move || {
+                    let i = n.fetch_add(1, Ordering::Relaxed) + 1;
+                    let wait = if stall_every > 0 && i.is_multiple_of(stall_every) {
+                        stall
+                    } else {
+                        Duration::from_millis(150)
+                    };
+                    async move { fake_stream(wait) }
+                }),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        FakeBackend {
+            base_url: format!("http://127.0.0.1:{port}/v1"),
+            requests,
+        }
+    }
+}
+
+/// An SSE answer: the first token after `ttft`, 20 more 10 ms apart.
+fn fake_stream(ttft: Duration) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let frames = futures::stream::unfold(0usize, move |i| async move {
+        let frame = match i {
+            0 => {
+                tokio::time::sleep(ttft).await;
+                json!({"choices": [{"index": 0, "delta": {"content": "tok "}}]}).to_string()
+            }
+            1..=20 => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                json!({"choices": [{"index": 0, "delta": {"content": "tok "}}]}).to_string()
+            }
+            21 => {
+                json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}).to_string()
+            }
+            22 => "[DONE]".to_owned(),
+            _ => return None,
+        };
+        Some((
+            Ok::<_, std::convert::Infallible>(format!("data: {frame}\n\n")),
+            i + 1,
+        ))
+    });
+    let mut r = axum::body::Body::from_stream(frames).into_response();
+    r.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("text/event-stream"),
+    );
+    r
+}
+
+/// `ragtime-bench hedge`.
+pub async fn hedge(data: &SciFact) {
+    let secs = env_usize("BENCH_SECONDS", 60) as u64;
+    let rate = env_usize("BENCH_RATE", 6) as f64;
+    let docs = env_usize("BENCH_DOCS", 200);
+    let qs = questions(data, docs);
+    println!(
+        "\n## hedging: two backends (8 slots each; first token after 150 ms, 20 more tokens 10 ms apart), one stalling its first token by 3 s on every 10th request; {rate} requests/s for {secs} s"
+    );
+    println!(
+        "| hedging | requests | first token p50 / p95 / p99 ms | total p99 ms | backend requests | extra | partial |"
+    );
+    println!("|---|---:|---|---:|---:|---:|---:|");
+    for on in [false, true] {
+        let a = FakeBackend::start(10, Duration::from_secs(3)).await;
+        let b = FakeBackend::start(0, Duration::ZERO).await;
+        let (ua, ub) = (a.base_url.clone(), b.base_url.clone());
+        let server = Server::start(move |c| {
+            c.llm.backends = vec![backend_config(&ua, 8), backend_config(&ub, 8)];
+            c.llm.hedge.enabled = on;
+            c.budgets.rerank_ms = 0;
+        })
+        .await;
+        server.ingest(data, docs).await;
+        let (ra0, rb0) = (
+            a.requests.load(Ordering::Relaxed),
+            b.requests.load(Ordering::Relaxed),
+        );
+        let answers = open_loop(
+            &server.base,
+            &qs,
+            rate,
+            Duration::from_secs(secs),
+            &mut Rng(11),
+        )
+        .await;
+        let backend =
+            a.requests.load(Ordering::Relaxed) - ra0 + b.requests.load(Ordering::Relaxed) - rb0;
+        let ttft: Vec<Duration> = answers.iter().filter_map(|x| x.ttft).collect();
+        let total: Vec<Duration> = answers.iter().map(|x| x.total).collect();
+        let partial = answers.iter().filter(|x| x.reason.is_some()).count();
+        println!(
+            "| {} | {} | {} / {} / {} | {} | {backend} | {:.1} % | {partial} |",
+            if on { "on" } else { "off" },
+            answers.len(),
+            ms(ttft.clone(), 50.0),
+            ms(ttft.clone(), 95.0),
+            ms(ttft, 99.0),
+            ms(total, 99.0),
+            100.0 * (backend as f64 - answers.len() as f64) / answers.len().max(1) as f64,
+        );
+        server.stop().await;
+    }
+}
+
+fn backend_config(url: &str, slots: usize) -> ragtime_gateway::config::BackendConfig {
+    ragtime_gateway::config::BackendConfig {
+        base_url: url.to_owned(),
+        model: None,
+        max_concurrency: slots,
+        weight: 1.0,
+        ctx_size: None,
+    }
+}
+
+/// `ragtime-bench kill`.
+pub async fn kill(data: &SciFact) {
+    use ragtime_llm::{LocalServer, LocalServerOptions};
+    let secs = env_usize("BENCH_SECONDS", 40) as u64;
+    let docs = env_usize("BENCH_DOCS", 300);
+    let rate: f64 = std::env::var("BENCH_RATE")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(0.4);
+    let c = crate::cache();
+    let llama = |_: usize| {
+        LocalServer::start(LocalServerOptions {
+            binary: c.join("bin/llama-server"),
+            model: c.join("models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
+            alias: "smollm2-135m-instruct".into(),
+            ctx_size: 2048,
+            threads: 1,
+            parallel: 1,
+            port: 0,
+        })
+        .expect("llama-server")
+    };
+    let (a, b) = (llama(0), llama(1));
+    assert!(
+        a.wait_healthy(Duration::from_secs(120)).await
+            && b.wait_healthy(Duration::from_secs(120)).await
+    );
+    let (ua, ub) = (a.base_url(), b.base_url());
+    let server = Server::start(move |c| {
+        c.llm.backends = vec![backend_config(&ua, 1), backend_config(&ub, 1)];
+        c.llm.ctx_size = 2048;
+        c.llm.probe_ms = 250;
+    })
+    .await;
+    server.ingest(data, docs).await;
+    let qs = questions(data, docs);
+    let base = server.base.clone();
+    let load = tokio::spawn(async move {
+        open_loop(&base, &qs, rate, Duration::from_secs(secs), &mut Rng(5)).await
+    });
+    tokio::time::sleep(Duration::from_secs(secs / 4)).await;
+    let pid = a.pid();
+    let killed_at = Instant::now();
+    let _ = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status();
+    let state = |s: &Value| {
+        s["llm"]["backends"][0]["breaker"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
+    };
+    let (mut opened, mut closed) = (None, None);
+    while killed_at.elapsed() < Duration::from_secs(secs) && closed.is_none() {
+        let (_, s) = server.get("/admin/stats").await;
+        match (state(&s).as_str(), opened) {
+            ("open", None) => opened = Some(killed_at.elapsed()),
+            ("closed", Some(_)) => closed = Some(killed_at.elapsed()),
+            _ => {}
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let answers = load.await.unwrap_or_default();
+    let mut by_status: BTreeMap<u16, usize> = BTreeMap::new();
+    let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+    for x in &answers {
+        *by_status.entry(x.status).or_default() += 1;
+        if let Some(r) = &x.reason {
+            *reasons.entry(r.clone()).or_default() += 1;
+        }
+    }
+    println!(
+        "\n## a backend killed mid-run: two llama-servers (1 slot each), {rate} requests/s for {secs} s, SIGKILL of one after {} s (its supervisor restarts it)",
+        secs / 4
+    );
+    println!("responses by status: {by_status:?}; partial answers by reason: {reasons:?}");
+    println!(
+        "breaker of the killed backend: open {} after the kill, closed again {} after it",
+        opened.map_or("never".into(), |d| format!("{} ms", d.as_millis())),
+        closed.map_or("not within the run".into(), |d| format!(
+            "{} ms",
+            d.as_millis()
+        )),
+    );
+    server.stop().await;
+    a.shutdown().await;
+    b.shutdown().await;
+}

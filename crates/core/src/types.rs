@@ -1,0 +1,127 @@
+//! The domain's nouns: chunks and what retrieval returns, chat messages and
+//! what a generator streams, citations and cached answers.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::sync::Arc;
+
+/// A document as a client sends it (or a parsed file gives it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct IngestDoc {
+    pub id: String,
+    pub title: String,
+    pub text: String,
+    pub metadata: serde_json::Map<String, Value>,
+}
+
+/// One chunk of a document, as the indexes, the prompt and the results see
+/// it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Chunk {
+    pub chunk_id: i64,
+    pub document_id: i64,
+    /// The document's id as the client gave it.
+    pub external_id: String,
+    pub position: i32,
+    pub title: String,
+    pub metadata: Arc<Value>,
+    pub text: String,
+}
+
+/// A scored retrieval hit (higher is better).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Hit {
+    pub chunk_id: i64,
+    pub score: f32,
+}
+
+/// A retrieved chunk with its score.
+#[derive(Debug, Clone)]
+pub struct Passage {
+    pub chunk: Arc<Chunk>,
+    pub score: f32,
+}
+
+/// A passage an answer rests on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Citation {
+    pub document_id: String,
+    pub chunk_id: i64,
+    pub title: String,
+    pub snippet: String,
+}
+
+/// What the response cache keeps of a full answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CachedAnswer {
+    pub text: String,
+    pub citations: Vec<Citation>,
+}
+
+/// What a cached answer depends on besides the question.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Scope {
+    pub tenant: String,
+    pub collection: String,
+    /// The filter in a canonical text form.
+    pub filter: String,
+    /// The corpus version the answer was built from.
+    pub version: u64,
+}
+
+impl Scope {
+    pub fn new(tenant: &str, collection: &str, filter: &str, version: u64) -> Self {
+        Self {
+            tenant: tenant.to_owned(),
+            collection: collection.to_owned(),
+            filter: filter.to_owned(),
+            version,
+        }
+    }
+}
+
+/// One chat message (`role`: system, user or assistant).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: String,
+    pub content: String,
+}
+
+impl Message {
+    pub fn new(role: &str, content: impl Into<String>) -> Self {
+        Self {
+            role: role.to_owned(),
+            content: content.into(),
+        }
+    }
+}
+
+/// What the pipeline asks a generator for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenRequest {
+    pub model: String,
+    pub messages: Vec<Message>,
+    pub max_tokens: u32,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    /// W3C trace context to propagate to the backend.
+    pub traceparent: Option<String>,
+}
+
+/// Token counts a generator reported.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: u32,
+    pub completion_tokens: u32,
+}
+
+/// One event of a streamed generation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GenEvent {
+    /// Generated text.
+    Delta(String),
+    /// Why the generator stopped (`stop`, `length`, …).
+    Finish(String),
+    /// Token counts (most backends send them last).
+    Usage(Usage),
+}

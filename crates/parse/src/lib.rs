@@ -1,0 +1,262 @@
+//! Documents from files: BEIR-style JSONL (optionally gzipped), plain text,
+//! Markdown, HTML (parsed by `html5ever` through `scraper`) and PDF. Shared
+//! by `ragtime ingest` and the upload route.
+
+use ragtime_core::IngestDoc;
+use scraper::{Html, Node};
+use serde_json::{Map, Value};
+use std::io::Read;
+
+/// Why a file cannot be read as documents (lowercase, names the problem).
+pub type FileError = String;
+
+fn stem(name: &str) -> &str {
+    let base = name.rsplit(['/', '\\']).next().unwrap_or(name);
+    base.split('.')
+        .next()
+        .filter(|s| !s.is_empty())
+        .unwrap_or(base)
+}
+
+fn utf8(name: &str, bytes: Vec<u8>) -> Result<String, FileError> {
+    String::from_utf8(bytes).map_err(|e| {
+        format!(
+            "{name}: not valid UTF-8 (byte {})",
+            e.utf8_error().valid_up_to()
+        )
+    })
+}
+
+/// The file extensions this reads.
+pub const SUPPORTED: &str = ".txt, .md, .html, .htm, .pdf, .jsonl, .jsonl.gz";
+
+/// Reads `bytes` named `name` into documents. Text formats become one
+/// document whose id is the file name; JSONL has one document per line.
+pub fn docs_from_file(name: &str, bytes: Vec<u8>) -> Result<Vec<IngestDoc>, FileError> {
+    let lower = name.to_ascii_lowercase();
+    let base = name.rsplit(['/', '\\']).next().unwrap_or(name).to_owned();
+    let one = |title: String, text: String| -> Result<Vec<IngestDoc>, FileError> {
+        if text.trim().is_empty() {
+            return Err(format!("{name}: no text found"));
+        }
+        Ok(vec![IngestDoc {
+            id: base.clone(),
+            title,
+            text,
+            metadata: Map::from_iter([("source".to_owned(), Value::String(base.clone()))]),
+        }])
+    };
+    if lower.ends_with(".jsonl.gz") || lower.ends_with(".json.gz") {
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(bytes.as_slice())
+            .read_to_end(&mut out)
+            .map_err(|e| format!("{name}: not a gzip file: {e}"))?;
+        jsonl(name, &utf8(name, out)?)
+    } else if lower.ends_with(".jsonl") {
+        jsonl(name, &utf8(name, bytes)?)
+    } else if lower.ends_with(".txt") {
+        one(stem(name).to_owned(), utf8(name, bytes)?)
+    } else if lower.ends_with(".md") || lower.ends_with(".markdown") {
+        let text = utf8(name, bytes)?;
+        let title = text
+            .lines()
+            .find_map(|l| l.strip_prefix("# ").map(|t| t.trim().to_owned()))
+            .unwrap_or_else(|| stem(name).to_owned());
+        one(title, text)
+    } else if lower.ends_with(".html") || lower.ends_with(".htm") {
+        let (title, text) = html_text(&utf8(name, bytes)?);
+        one(title.unwrap_or_else(|| stem(name).to_owned()), text)
+    } else if lower.ends_with(".pdf") {
+        let text = pdf_extract::extract_text_from_mem(&bytes)
+            .map_err(|e| format!("{name}: cannot read the PDF: {e}"))?;
+        one(stem(name).to_owned(), text)
+    } else {
+        Err(format!(
+            "{name}: unsupported file type (supported: {SUPPORTED})"
+        ))
+    }
+}
+
+/// BEIR lines: `{"_id", "title", "text", "metadata"?}` (`id` works too).
+fn jsonl(name: &str, text: &str) -> Result<Vec<IngestDoc>, FileError> {
+    let mut docs = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: Value =
+            serde_json::from_str(line).map_err(|e| format!("{name}: line {}: {e}", i + 1))?;
+        let id = v
+            .get("_id")
+            .or_else(|| v.get("id"))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let body = v.get("text").and_then(Value::as_str).unwrap_or_default();
+        if id.is_empty() || body.trim().is_empty() {
+            return Err(format!(
+                "{name}: line {}: needs a non-empty \"_id\" and \"text\"",
+                i + 1
+            ));
+        }
+        docs.push(IngestDoc {
+            id: id.to_owned(),
+            title: v
+                .get("title")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            text: body.to_owned(),
+            metadata: v
+                .get("metadata")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default(),
+        });
+    }
+    if docs.is_empty() {
+        return Err(format!("{name}: no documents"));
+    }
+    Ok(docs)
+}
+
+/// Elements whose text starts and ends a line.
+const BLOCKS: &[&str] = &[
+    "p",
+    "div",
+    "br",
+    "li",
+    "tr",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "section",
+    "article",
+    "table",
+    "ul",
+    "ol",
+    "blockquote",
+    "pre",
+    "main",
+    "header",
+    "footer",
+    "nav",
+    "aside",
+    "dl",
+    "dt",
+    "dd",
+    "figure",
+    "figcaption",
+    "hr",
+    "td",
+    "th",
+];
+
+/// Elements whose text is not shown.
+const HIDDEN: &[&str] = &["script", "style", "noscript", "template", "head", "title"];
+
+/// Visible text of an HTML page and its `<title>`: scripts, styles,
+/// comments and tags dropped, block elements on their own lines, entities
+/// decoded (by the HTML5 parser).
+pub fn html_text(html: &str) -> (Option<String>, String) {
+    let doc = Html::parse_document(html);
+    let title = doc
+        .tree
+        .root()
+        .descendants()
+        .find(|n| matches!(n.value(), Node::Element(e) if e.name() == "title"))
+        .map(|t| {
+            let text: String = t
+                .descendants()
+                .filter_map(|n| n.value().as_text().map(|x| x.to_string()))
+                .collect();
+            text.trim().to_owned()
+        })
+        .filter(|t| !t.is_empty());
+    let mut out = String::with_capacity(html.len() / 2);
+    let mut stack = vec![(doc.tree.root(), false)];
+    // Depth-first, closing each block with a newline after its children.
+    while let Some((node, closing)) = stack.pop() {
+        match node.value() {
+            Node::Element(e) if closing && BLOCKS.contains(&e.name()) => out.push('\n'),
+            Node::Element(_) if closing => {}
+            Node::Element(e) if HIDDEN.contains(&e.name()) => {}
+            Node::Element(e) => {
+                if BLOCKS.contains(&e.name()) {
+                    out.push('\n');
+                }
+                stack.push((node, true));
+                stack.extend(node.children().rev().map(|c| (c, false)));
+            }
+            Node::Text(t) => out.push_str(t),
+            Node::Document | Node::Fragment => {
+                stack.extend(node.children().rev().map(|c| (c, false)));
+            }
+            _ => {}
+        }
+    }
+    let text = out
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n");
+    (title, text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn html_keeps_visible_text_only() {
+        let (title, text) = html_text(
+            "<html><head><title>Cells &amp; Energy</title><style>p{color:red}</style></head>\
+             <body><h1>ATP</h1><p>Mitochondria&nbsp;make <b>ATP</b>.</p><script>alert(1)</script><p>5 &lt; 6 &#x263A;</p></body></html>",
+        );
+        assert_eq!(title.as_deref(), Some("Cells & Energy"));
+        assert_eq!(text, "ATP\nMitochondria make ATP.\n5 < 6 \u{263A}");
+    }
+
+    #[test]
+    fn comments_and_odd_markup_do_not_leak() {
+        let (_, text) = html_text(
+            "<body><!-- a > b, <p>not shown</p> --><p>Shown &gt; kept</p><p>a <span>b</span>c</p></body>",
+        );
+        assert_eq!(text, "Shown > kept\na bc");
+    }
+
+    #[test]
+    fn formats_by_extension() {
+        let d = docs_from_file(
+            "notes/cells.md",
+            b"# Cell biology\n\nMitochondria make ATP.".to_vec(),
+        )
+        .unwrap_or_default();
+        assert_eq!(
+            (d[0].id.as_str(), d[0].title.as_str()),
+            ("cells.md", "Cell biology")
+        );
+        let d = docs_from_file(
+            "a.jsonl",
+            br#"{"_id":"1","title":"T","text":"x","metadata":{"y":1}}
+{"id":"2","text":"y"}"#
+                .to_vec(),
+        )
+        .unwrap_or_default();
+        assert_eq!(d.len(), 2);
+        assert_eq!(d[0].metadata.get("y"), Some(&Value::from(1)));
+        assert!(
+            docs_from_file("a.txt", vec![0xff, 0xfe, b'a']).is_err_and(|e| e.contains("UTF-8"))
+        );
+        assert!(docs_from_file("a.docx", b"x".to_vec()).is_err_and(|e| e.contains("unsupported")));
+        assert!(
+            docs_from_file("a.jsonl", b"{\"_id\":\"1\"}".to_vec())
+                .is_err_and(|e| e.contains("line 1"))
+        );
+        assert!(docs_from_file("a.txt", b"   ".to_vec()).is_err_and(|e| e.contains("no text")));
+        assert!(docs_from_file("a.pdf", b"not a pdf".to_vec()).is_err_and(|e| e.contains("PDF")));
+    }
+}

@@ -1,0 +1,333 @@
+//! The two LLM stages. `llm_ttft` admits the request to a backend (queueing
+//! for a slot when that can pay off), calls it and waits for its first
+//! text; when the first token is late past the backend's p95, a second
+//! backend with a free slot may be asked too, and the first first token
+//! wins; a backend that fails fast gives way to another. `llm_generate`
+//! streams the rest to the client until the backend stops, fails or the
+//! stage's budget runs out.
+
+use crate::backend::gate::{Ask, Permit, Refusal};
+use crate::backend::{Backend, Backends};
+use crate::budget::{Done, RequestBudget, StageRun};
+use crate::chat::Output;
+use futures::StreamExt;
+use ragtime_core::{GenEvent, GenRequest, Stage, StageError, TokenStream, Usage};
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+/// A generation whose first text has arrived.
+pub(super) struct Started {
+    pub stream: TokenStream,
+    pub first: String,
+    /// From the call to the backend to its first text (queueing excluded).
+    pub ttft: Duration,
+    pub backend: Arc<Backend>,
+    /// The backend's slot, held until the generation ends.
+    pub permit: Permit,
+}
+
+/// What happened on the way to a first token, beyond the stage's outcome.
+#[derive(Default)]
+pub(super) struct Attempts {
+    /// Why admission refused the request, if it did.
+    pub refused: Option<Refusal>,
+    /// Backends called whose first token never came, and when called.
+    pub pending: Vec<(Arc<Backend>, Instant)>,
+    /// Time spent queueing for the slot that was used (or waited for).
+    pub queued: Duration,
+    /// Since when the request waits for a slot, while it does.
+    pub waiting_since: Option<Instant>,
+    /// Whether a second backend was asked.
+    pub hedged: bool,
+}
+
+type Log = Mutex<Attempts>;
+
+fn log(l: &Log) -> std::sync::MutexGuard<'_, Attempts> {
+    l.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One backend asked for a first token: admitted (unless `permit` is
+/// already held), called, and read until its first text. `called` learns
+/// when the call went out.
+async fn attempt(
+    backend: Arc<Backend>,
+    mut request: GenRequest,
+    permit: Option<Permit>,
+    ask: Ask,
+    journal: &Log,
+    called: Option<oneshot::Sender<Instant>>,
+) -> Result<Started, StageError> {
+    let permit = match permit {
+        Some(p) => p,
+        None => {
+            log(journal).waiting_since = Some(Instant::now());
+            let admitted = backend.gate.admit(ask).await;
+            log(journal).waiting_since = None;
+            admitted.map_err(|r| {
+                let mut l = log(journal);
+                l.refused = Some(r);
+                if let Refusal::Timeout { waited } = r {
+                    l.queued = waited;
+                }
+                StageError::Backend(format!("overload: {r}"))
+            })?
+        }
+    };
+    log(journal).queued = permit.queued;
+    if !backend.breaker.allow() {
+        return Err(StageError::Backend(format!(
+            "{}: breaker open",
+            backend.name()
+        )));
+    }
+    let span = tracing::info_span!(
+        "llm.request",
+        otel.kind = "client",
+        server.address = backend.name(),
+        gen_ai.request.model = request.model.as_str(),
+        gen_ai.request.max_tokens = request.max_tokens,
+        llm.queue_ms = permit.queued.as_millis() as u64,
+    );
+    if let Some(tp) = ragtime_telemetry::traceparent(&span) {
+        request.traceparent = Some(tp);
+    }
+    let at = Instant::now();
+    log(journal).pending.push((backend.clone(), at));
+    if let Some(tx) = called {
+        let _ = tx.send(at);
+    }
+    let first = async {
+        let mut stream = backend.generator.generate(request).await?;
+        while let Some(ev) = stream.next().await {
+            if let GenEvent::Delta(first) = ev? {
+                return Ok((stream, first));
+            }
+        }
+        Err(StageError::Backend("the model returned no text".into()))
+    }
+    .instrument(span)
+    .await;
+    let done = |l: &mut Attempts| {
+        l.pending
+            .retain(|(b, t)| !(Arc::ptr_eq(b, &backend) && *t == at))
+    };
+    match first {
+        Ok((stream, first)) => {
+            done(&mut log(journal));
+            let ttft = at.elapsed();
+            backend.breaker.success();
+            backend.record_ttft(ttft);
+            Ok(Started {
+                stream,
+                first,
+                ttft,
+                backend,
+                permit,
+            })
+        }
+        Err(e) => {
+            done(&mut log(journal));
+            backend.breaker.failure();
+            Err(StageError::Backend(format!("{}: {e}", backend.name())))
+        }
+    }
+}
+
+/// The first success of two; the loser is dropped (which cancels it).
+async fn race(
+    a: impl Future<Output = Result<Started, StageError>>,
+    b: impl Future<Output = Result<Started, StageError>>,
+) -> Result<Started, StageError> {
+    tokio::pin!(a, b);
+    let (mut ea, mut eb): (Option<StageError>, Option<StageError>) = (None, None);
+    loop {
+        tokio::select! {
+            r = &mut a, if ea.is_none() => match r {
+                Ok(s) => return Ok(s),
+                Err(e) => ea = Some(e),
+            },
+            r = &mut b, if eb.is_none() => match r {
+                Ok(s) => return Ok(s),
+                Err(e) => eb = Some(e),
+            },
+        }
+        if let (Some(e), Some(_)) = (&ea, &eb) {
+            return Err(e.clone());
+        }
+    }
+}
+
+/// `primary`, hedged on a second backend once its first token is later
+/// than the backend's p95.
+async fn hedged(
+    backends: &Backends,
+    primary: Arc<Backend>,
+    request: &GenRequest,
+    ask: Ask,
+    journal: &Log,
+) -> Result<Started, StageError> {
+    let (tx, rx) = oneshot::channel();
+    let after = backends.hedge_after(&primary);
+    let first = attempt(
+        primary.clone(),
+        request.clone(),
+        None,
+        ask,
+        journal,
+        Some(tx),
+    );
+    tokio::pin!(first);
+    let Some(after) = after else {
+        return first.await;
+    };
+    let called = tokio::select! {
+        r = &mut first => return r,
+        at = rx => match at {
+            Ok(at) => at,
+            Err(_) => return first.await,
+        },
+    };
+    tokio::select! {
+        r = &mut first => return r,
+        () = tokio::time::sleep_until(called + after) => {}
+    }
+    let Some((other, permit)) = backends.hedge_target(&primary) else {
+        return first.await;
+    };
+    log(journal).hedged = true;
+    tracing::Span::current().record("llm.hedged", true);
+    let second = attempt(other, request.clone(), Some(permit), ask, journal, None);
+    race(first, second).await
+}
+
+/// `llm_ttft`: a first token from `primary` (hedged), or — when it fails
+/// fast and time is left — from another backend.
+pub(super) async fn first_token(
+    budget: &RequestBudget,
+    backends: &Backends,
+    primary: Arc<Backend>,
+    request: GenRequest,
+    ask: Ask,
+) -> (StageRun<Started>, Attempts) {
+    let depth = primary.gate.state().queued;
+    let journal: Log = Mutex::new(Attempts::default());
+    let j = &journal;
+    let run = budget
+        .run(Stage::LlmTtft, |ctx| async move {
+            let ask = Ask {
+                deadline: ctx.deadline(),
+                ..ask
+            };
+            let span = tracing::Span::current();
+            span.record("llm.queue_depth", depth);
+            let noted = |s: Started| {
+                let (queued, hedged) = {
+                    let l = log(j);
+                    (l.queued, l.hedged)
+                };
+                span.record("llm.backend", s.backend.name());
+                span.record("llm.queue_ms", queued.as_millis() as u64);
+                span.record("llm.hedged", hedged);
+                ctx.note(format!(
+                    "{}: queued {} ms behind {depth}, first token after {} ms{}",
+                    s.backend.name(),
+                    queued.as_millis(),
+                    s.ttft.as_millis(),
+                    if hedged { " (hedged)" } else { "" }
+                ));
+                Done::Full(s)
+            };
+            let failed = match hedged(backends, primary.clone(), &request, ask, j).await {
+                Ok(s) => return Ok(noted(s)),
+                Err(e) if log(j).refused.is_some() => return Err(e),
+                Err(e) => e,
+            };
+            let chars = request.messages.iter().map(|m| m.content.len()).sum();
+            let tokens = super::approx_tokens(chars);
+            let Some(next) = backends.pick(tokens, &[primary.name()]) else {
+                return Err(failed);
+            };
+            if next.expected_ttft(tokens) >= ctx.remaining() {
+                return Err(failed);
+            }
+            tracing::warn!(failed = %failed, next = next.name(), "llm backend failed: trying another");
+            attempt(next, request, None, ask, j, None).await.map(noted)
+        })
+        .await;
+    let mut attempts = std::mem::take(&mut *log(&journal));
+    // Still waiting for a slot when the stage ended.
+    if let Some(since) = attempts.waiting_since.take() {
+        attempts.queued = since.elapsed();
+    }
+    (run, attempts)
+}
+
+/// What `llm_generate` streamed.
+#[derive(Debug, Default)]
+pub(super) struct Streamed {
+    pub text: String,
+    /// Text events (one per token for every backend we know of).
+    pub tokens: u32,
+    pub finish: Option<String>,
+    pub usage: Option<Usage>,
+    /// Why the backend's stream failed, if it did (not the budget).
+    pub error: Option<String>,
+}
+
+/// `llm_generate`: streams the rest of the answer; what was streamed stands
+/// whatever happens.
+pub(super) async fn rest(
+    budget: &RequestBudget,
+    started: Started,
+    out: &mut Output<'_>,
+) -> (StageRun<()>, Streamed, Arc<Backend>) {
+    let Started {
+        mut stream,
+        first,
+        backend,
+        permit,
+        ..
+    } = started;
+    let mut s = Streamed {
+        text: first.clone(),
+        tokens: 1,
+        ..Streamed::default()
+    };
+    let client_gone = !out.send(first).await;
+    let st = &mut s;
+    let run = budget
+        .run(Stage::LlmGenerate, |ctx| async move {
+            ctx.keep((), "1 token streamed");
+            if client_gone {
+                return Err(StageError::Backend("the client went away".into()));
+            }
+            while let Some(ev) = stream.next().await {
+                let ev = ev.inspect_err(|e| st.error = Some(e.to_string()))?;
+                match ev {
+                    GenEvent::Delta(t) => {
+                        st.text.push_str(&t);
+                        st.tokens += 1;
+                        if !out.send(t).await {
+                            return Err(StageError::Backend("the client went away".into()));
+                        }
+                        ctx.keep((), format!("{} tokens streamed", st.tokens));
+                    }
+                    GenEvent::Finish(r) => st.finish = Some(r),
+                    GenEvent::Usage(u) => st.usage = Some(u),
+                }
+            }
+            Ok(Done::Full(()))
+        })
+        .await;
+    // The slot is free once the backend is done with the request.
+    drop(permit);
+    if s.error.is_some() {
+        backend.breaker.failure();
+    }
+    (run, s, backend)
+}

@@ -1,0 +1,570 @@
+//! The chat request, start to end, under one budget:
+//!
+//! `embed` → `cache` → `retrieve` → `rerank` → `llm_ttft` → `llm_generate`,
+//!
+//! in named steps: the load [`Shape`] (how much the request may do while
+//! the backends are busy), [`lookup`] (query vector, then the semantic
+//! cache; a hit answers at once), [`passages`] (retrieval, then reranking
+//! when a cross-encoder is configured and the load allows), [`reply`] (a
+//! backend picked, the [`PromptPlan`] — passages trimmed to what that
+//! backend can prefill within `llm_ttft`, `max_tokens` to what fits in
+//! `llm_generate` — the sources sent, admission, then the model's answer
+//! streamed as it comes; or, shed or without a first token in time, the
+//! extractive answer) and [`finish`]. The caller gets
+//! [`ChatEvent::Sources`] before the LLM starts, then [`ChatEvent::Text`]
+//! as text is produced.
+
+mod extractive;
+mod generate;
+mod prompt;
+
+pub use extractive::extractive_answer;
+pub use prompt::{DEFAULT_MAX_TOKENS, Prompt, PromptPlan, build_prompt};
+
+use crate::backend::Backends;
+use crate::backend::gate::{Ask, Refusal};
+use crate::budget::{Done, Policy, RequestBudget, StagePlan};
+use crate::load::{Levels, Shape};
+use crate::rerank::{RerankParams, rerank};
+use crate::search::{Mode, SearchRequest, embed_query, retrieve};
+use crate::stats::Observation;
+use ragtime_core::{
+    BudgetReport, CachedAnswer, Citation, Embedder, Filter, GenRequest, Message, Outcome, Passage,
+    Reranker, ResponseCache, Retriever, Scope, Stage, Usage,
+};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+pub const CHAT_PLAN: [StagePlan; 6] = [
+    StagePlan::new(Stage::Embed, Policy::Fallback),
+    StagePlan::new(Stage::Cache, Policy::Optional),
+    StagePlan::new(Stage::Retrieve, Policy::Required),
+    StagePlan::new(Stage::Rerank, Policy::Optional),
+    StagePlan::new(Stage::LlmTtft, Policy::Required),
+    StagePlan::new(Stage::LlmGenerate, Policy::Required),
+];
+
+/// Passages an extractive answer quotes.
+const EXTRACTIVE_PASSAGES: usize = 3;
+
+/// The stages a chat request runs with.
+pub struct ChatDeps<'a> {
+    pub embedder: &'a dyn Embedder,
+    pub retriever: &'a dyn Retriever,
+    pub reranker: Option<(&'a dyn Reranker, RerankParams)>,
+    pub backends: &'a Backends,
+    pub levels: &'a Levels,
+    /// The semantic response cache, unless it is turned off.
+    pub cache: Option<&'a dyn ResponseCache>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ChatInput {
+    /// The user's last turn: the retrieval query.
+    pub query: String,
+    /// Earlier turns, oldest first.
+    pub history: Vec<Message>,
+    pub top_k: usize,
+    pub filter: Filter,
+    /// Where cached answers may come from (the corpus version included).
+    pub scope: Scope,
+    /// The client's own `max_tokens`, if any.
+    pub max_tokens: Option<u32>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub traceparent: Option<String>,
+    /// The tenant's priority in the backends' queues (higher waits less).
+    pub priority: u8,
+}
+
+impl ChatInput {
+    /// A question with no history, filter or sampling settings of its own.
+    pub fn new(query: impl Into<String>, scope: Scope, top_k: usize) -> Self {
+        Self {
+            query: query.into(),
+            history: Vec::new(),
+            top_k,
+            filter: Filter::All,
+            scope,
+            max_tokens: None,
+            temperature: None,
+            top_p: None,
+            traceparent: None,
+            priority: 0,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ChatAnswer {
+    pub text: String,
+    pub citations: Vec<Citation>,
+    /// `stop`, or `length` when generation was cut.
+    pub finish_reason: String,
+    pub partial: bool,
+    /// What degraded the answer: the stage (`llm_ttft`, `llm_generate`, …),
+    /// `overload` (shed before the LLM) or `llm_error` (the backend failed).
+    pub partial_reason: Option<String>,
+    pub cached: bool,
+    pub usage: Usage,
+    pub report: BudgetReport,
+    /// Time from the request's start to the sources sent.
+    pub first_chunk: Option<Duration>,
+    /// Time from the request's start to the first text sent.
+    pub first_text: Option<Duration>,
+    /// The load level the request ran at (0: none).
+    pub load_level: usize,
+    /// The backend that answered, and how long the request queued for it.
+    pub backend: Option<String>,
+    pub queued: Option<Duration>,
+    pub hedged: bool,
+}
+
+/// What a chat request sends while it runs.
+#[derive(Debug)]
+pub enum ChatEvent {
+    /// The passages the answer will rest on, before the LLM starts (sent
+    /// once, before any text).
+    Sources(Vec<Citation>),
+    /// A piece of the answer, in order.
+    Text(String),
+    /// The answer is complete; the last event.
+    Done(Box<ChatAnswer>),
+}
+
+/// Sends to the caller and notes when the first sources and text left.
+pub(crate) struct Output<'a> {
+    tx: &'a mpsc::Sender<ChatEvent>,
+    budget: &'a RequestBudget,
+    sources: Option<Duration>,
+    first: Option<Duration>,
+}
+
+impl Output<'_> {
+    /// `false` once the caller has gone away.
+    async fn send(&mut self, text: String) -> bool {
+        if self.first.is_none() && !text.is_empty() {
+            self.first = Some(self.budget.elapsed());
+        }
+        self.tx.send(ChatEvent::Text(text)).await.is_ok()
+    }
+
+    /// The sources, once, before any text.
+    async fn sources(&mut self, citations: Vec<Citation>) {
+        if self.sources.is_none() {
+            self.sources = Some(self.budget.elapsed());
+            let _ = self.tx.send(ChatEvent::Sources(citations)).await;
+        }
+    }
+}
+
+fn citation(hit: &Passage) -> Citation {
+    Citation {
+        document_id: hit.chunk.external_id.clone(),
+        chunk_id: hit.chunk.chunk_id,
+        title: hit.chunk.title.clone(),
+        snippet: prompt::snippet(&hit.chunk.text, 240),
+    }
+}
+
+/// Runs a chat request; sources then text go out on `tx` as they are
+/// produced, the return value says the rest.
+pub async fn run(
+    budget: &RequestBudget,
+    deps: &ChatDeps<'_>,
+    input: &ChatInput,
+    tx: &mpsc::Sender<ChatEvent>,
+) -> ChatAnswer {
+    let mut out = Output {
+        tx,
+        budget,
+        sources: None,
+        first: None,
+    };
+    let shape = deps.levels.shape(deps.backends.load());
+    tracing::Span::current().record("ragtime.load_level", shape.level);
+    let vector = match lookup(budget, deps, input).await {
+        Lookup::Hit(cached) => return answered_from_cache(budget, cached, &mut out).await,
+        Lookup::Miss(vector) => vector,
+    };
+    let hits = passages(budget, deps, input, vector.clone(), &shape).await;
+    let r = reply(budget, deps, input, &hits, &shape, &mut out).await;
+    let answer = finish(budget, r, &out, &shape);
+    // Only full answers are worth reusing.
+    if let (Some(cache), Some(v)) = (deps.cache, &vector)
+        && input.history.is_empty()
+        && !answer.partial
+        && answer.finish_reason == "stop"
+        && !answer.text.trim().is_empty()
+    {
+        let kept = CachedAnswer {
+            text: answer.text.clone(),
+            citations: answer.citations.clone(),
+        };
+        cache.insert(input.scope.clone(), &input.query, v.to_vec(), kept);
+    }
+    answer
+}
+
+enum Lookup {
+    Hit(CachedAnswer),
+    Miss(Option<Arc<Vec<f32>>>),
+}
+
+/// `embed`, then `cache`: a verified paraphrase of the same scope answers
+/// at once. Follow-ups in a conversation skip the cache.
+async fn lookup(budget: &RequestBudget, deps: &ChatDeps<'_>, input: &ChatInput) -> Lookup {
+    let vector = embed_query(budget, deps.embedder, &input.query, Mode::Hybrid).await;
+    let usable = match (deps.cache, &vector) {
+        (None, _) => Err("the semantic cache is off"),
+        (Some(_), None) => Err("no query vector"),
+        (Some(_), Some(_)) if !input.history.is_empty() => Err("conversation has earlier turns"),
+        (Some(cache), Some(v)) => Ok((cache, v)),
+    };
+    let (cache, v) = match usable {
+        Ok(c) => c,
+        Err(why) => {
+            budget.skip(Stage::Cache, why);
+            return Lookup::Miss(vector);
+        }
+    };
+    let hit = budget
+        .run(Stage::Cache, |ctx| async move {
+            let found = cache
+                .lookup(&input.scope, &input.query, v, ctx.cancel())
+                .await;
+            Ok(Done::Full(found))
+        })
+        .await
+        .value
+        .flatten();
+    match hit {
+        Some(answer) => Lookup::Hit(answer),
+        None => Lookup::Miss(vector),
+    }
+}
+
+async fn answered_from_cache(
+    budget: &RequestBudget,
+    cached: CachedAnswer,
+    out: &mut Output<'_>,
+) -> ChatAnswer {
+    for s in [
+        Stage::Retrieve,
+        Stage::Rerank,
+        Stage::LlmTtft,
+        Stage::LlmGenerate,
+    ] {
+        budget.skip(s, "answered from the semantic cache");
+    }
+    out.sources(cached.citations.clone()).await;
+    out.send(cached.text.clone()).await;
+    ChatAnswer {
+        text: cached.text,
+        citations: cached.citations,
+        finish_reason: "stop".into(),
+        partial: false,
+        partial_reason: None,
+        cached: true,
+        usage: Usage::default(),
+        report: budget.report(),
+        first_chunk: out.sources,
+        first_text: out.first,
+        load_level: 0,
+        backend: None,
+        queued: None,
+        hedged: false,
+    }
+}
+
+/// `retrieve`, then `rerank`: the best passages (as many as the request
+/// and the load allow).
+async fn passages(
+    budget: &RequestBudget,
+    deps: &ChatDeps<'_>,
+    input: &ChatInput,
+    vector: Option<Arc<Vec<f32>>>,
+    shape: &Shape,
+) -> Vec<Passage> {
+    let top_k = shape.top_k.map_or(input.top_k, |k| input.top_k.min(k));
+    let reranker = deps.reranker.filter(|_| shape.rerank);
+    let depth = reranker.map_or(0, |(_, p)| p.depth);
+    let req = SearchRequest {
+        query: input.query.clone(),
+        top_k: top_k.max(depth),
+        mode: Mode::Hybrid,
+        filter: input.filter.clone(),
+    };
+    let mut hits = retrieve(budget, deps.retriever, &req, vector, req.top_k)
+        .await
+        .hits;
+    match (reranker, deps.reranker) {
+        (Some((model, params)), _) => {
+            hits = rerank(budget, model, &input.query, hits, params).await.0;
+        }
+        (None, Some(_)) => {
+            let why = shape.describe().unwrap_or_default();
+            budget.skip(Stage::Rerank, why);
+        }
+        (None, None) => budget.skip(Stage::Rerank, "no reranker configured"),
+    }
+    hits.truncate(top_k);
+    hits
+}
+
+/// The text of an answer and what it rests on.
+struct Reply {
+    text: String,
+    citations: Vec<Citation>,
+    finish_reason: String,
+    usage: Usage,
+    /// What degraded it beyond the stages' outcomes (`overload`,
+    /// `llm_error`).
+    reason: Option<&'static str>,
+    backend: Option<String>,
+    queued: Option<Duration>,
+    hedged: bool,
+}
+
+/// The extractive answer: no prefill needed, so it draws on the best
+/// passages whether or not they fitted a prompt.
+async fn extractive(
+    budget: &RequestBudget,
+    input: &ChatInput,
+    hits: &[Passage],
+    out: &mut Output<'_>,
+    reason: Option<&'static str>,
+) -> Reply {
+    budget.skip(Stage::LlmGenerate, "no first token");
+    let top = &hits[..hits.len().min(EXTRACTIVE_PASSAGES)];
+    let citations: Vec<Citation> = top.iter().map(citation).collect();
+    out.sources(citations.clone()).await;
+    let text = extractive_answer(&input.query, top);
+    out.send(text.clone()).await;
+    Reply {
+        text,
+        citations,
+        finish_reason: "stop".into(),
+        usage: Usage::default(),
+        reason,
+        backend: None,
+        queued: None,
+        hedged: false,
+    }
+}
+
+/// `llm_ttft`, then `llm_generate`: a backend picked and the prompt sized
+/// for it, the sources sent, admission (shed at once when waiting cannot
+/// pay off), then the model's answer streamed; without a first token in
+/// time, the extractive answer.
+async fn reply(
+    budget: &RequestBudget,
+    deps: &ChatDeps<'_>,
+    input: &ChatInput,
+    hits: &[Passage],
+    shape: &Shape,
+    out: &mut Output<'_>,
+) -> Reply {
+    deps.backends.count_request();
+    // The prompt is sized for the chosen backend, so route on what it
+    // would hold at most: every passage, the history and the question.
+    let chars = hits.iter().map(|h| h.chunk.text.len()).sum::<usize>()
+        + input.history.iter().map(|m| m.content.len()).sum::<usize>()
+        + input.query.len();
+    let prompt_tokens = approx_tokens(chars);
+    let Some(backend) = deps.backends.pick(prompt_tokens, &[]) else {
+        budget.skip(
+            Stage::LlmTtft,
+            "no llm backend is available: every breaker is open",
+        );
+        return extractive(budget, input, hits, out, Some("llm_error")).await;
+    };
+    let ttft = budget.allot(Stage::LlmTtft);
+    let generate = budget
+        .remaining()
+        .saturating_sub(ttft)
+        .min(budget.profile().stage(Stage::LlmGenerate));
+    let asked = match (input.max_tokens, shape.max_tokens) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    let est = backend.stats.estimates();
+    let plan = PromptPlan::new(&est, ttft, generate, backend.spec.context_tokens, asked);
+    let prompt = plan.build(hits, &input.history, &input.query);
+    out.sources(prompt.passages.iter().map(citation).collect())
+        .await;
+    // An extractive answer from here on cites only what was announced.
+    let in_prompt = |h: &&Passage| {
+        prompt
+            .passages
+            .iter()
+            .any(|p| p.chunk.chunk_id == h.chunk.chunk_id)
+    };
+    let announced: Vec<Passage> = hits.iter().filter(in_prompt).cloned().collect();
+    let hits = if announced.is_empty() {
+        hits
+    } else {
+        &announced[..]
+    };
+    let prompt_tokens = (prompt.chars as f64 / est.chars_per_token) as usize;
+    let ask = Ask {
+        deadline: tokio::time::Instant::now() + ttft,
+        priority: input.priority,
+        expected_ttft: backend.expected_ttft(prompt_tokens),
+    };
+    if let Err(r) = backend.gate.preview(ask) {
+        budget.skip(
+            Stage::LlmTtft,
+            format!("overload at {}: {r}", backend.name()),
+        );
+        return extractive(budget, input, hits, out, Some("overload")).await;
+    }
+    let request = GenRequest {
+        model: backend.spec.model.clone(),
+        messages: prompt.messages.clone(),
+        max_tokens: prompt.max_tokens,
+        temperature: input.temperature,
+        top_p: input.top_p,
+        traceparent: input.traceparent.clone(),
+    };
+    let (first, attempts) =
+        generate::first_token(budget, deps.backends, backend, request, ask).await;
+    match first.value {
+        Some(started) => streamed(budget, started, attempts, &prompt, out).await,
+        None => {
+            let missed = Missed {
+                outcome: first.outcome,
+                attempts,
+                prompt_tokens,
+            };
+            no_first_token(budget, input, hits, out, missed).await
+        }
+    }
+}
+
+/// Why `llm_ttft` ended without a first token.
+struct Missed {
+    outcome: Outcome,
+    attempts: generate::Attempts,
+    prompt_tokens: usize,
+}
+
+/// No first token: the backends that had the request are told (breaker,
+/// and — a timeout on their side, queueing excluded — slow prefill), and
+/// the answer is extractive.
+async fn no_first_token(
+    budget: &RequestBudget,
+    input: &ChatInput,
+    hits: &[Passage],
+    out: &mut Output<'_>,
+    m: Missed,
+) -> Reply {
+    for (b, called) in &m.attempts.pending {
+        b.breaker.failure();
+        if m.outcome == Outcome::Timeout {
+            b.stats
+                .observe_timeout(m.prompt_tokens as u32, called.elapsed());
+        }
+    }
+    // Shed: `overload`; queued past the point where a first token could
+    // come: `llm_ttft`, like a late backend; failed: `llm_error`.
+    let reason = match (m.attempts.refused, m.outcome) {
+        (Some(Refusal::Shed { .. } | Refusal::Full { .. }), _) => Some("overload"),
+        (Some(Refusal::Timeout { .. }), _) => None,
+        (_, Outcome::Error) => Some("llm_error"),
+        _ => None,
+    };
+    let mut r = extractive(budget, input, hits, out, reason).await;
+    r.queued = Some(m.attempts.queued);
+    r
+}
+
+/// `llm_generate`: the rest of the answer, and what the backend taught.
+async fn streamed(
+    budget: &RequestBudget,
+    started: generate::Started,
+    attempts: generate::Attempts,
+    prompt: &Prompt,
+    out: &mut Output<'_>,
+) -> Reply {
+    let ttft_after = started.ttft;
+    let generate_started = Instant::now();
+    let (run, s, backend) = generate::rest(budget, started, out).await;
+    if run.outcome == Outcome::Ok {
+        backend.stats.observe(Observation {
+            prompt_chars: prompt.chars,
+            prompt_tokens: s.usage.map_or(0, |u| u.prompt_tokens),
+            ttft: ttft_after,
+            later_tokens: s.tokens.saturating_sub(1),
+            generate: generate_started.elapsed(),
+        });
+    }
+    let finish_reason = match run.outcome {
+        Outcome::Ok => s.finish.unwrap_or_else(|| "stop".into()),
+        _ => "length".into(),
+    };
+    Reply {
+        text: s.text,
+        citations: prompt.passages.iter().map(citation).collect(),
+        finish_reason,
+        usage: s.usage.unwrap_or_default(),
+        reason: s.error.as_ref().map(|_| "llm_error"),
+        backend: Some(backend.name().to_owned()),
+        queued: Some(attempts.queued),
+        hedged: attempts.hedged,
+    }
+}
+
+/// The answer with its partial flag: what the reply says degraded it, else
+/// the LLM stages (they decide what the user got), else any other stage
+/// that did not do all its work.
+fn finish(budget: &RequestBudget, r: Reply, out: &Output<'_>, shape: &Shape) -> ChatAnswer {
+    let report = budget.report();
+    let degraded = |s: Stage| report.stage(s).is_some_and(|r| r.outcome.is_degraded());
+    let stage = [Stage::LlmTtft, Stage::LlmGenerate]
+        .into_iter()
+        .find(|s| degraded(*s))
+        .or_else(|| report.first_degraded().map(|r| r.stage));
+    let reason = r
+        .reason
+        .map(str::to_owned)
+        .or_else(|| stage.map(|s| s.name().to_owned()));
+    ChatAnswer {
+        text: r.text,
+        citations: r.citations,
+        finish_reason: r.finish_reason,
+        partial: reason.is_some(),
+        partial_reason: reason,
+        cached: false,
+        usage: r.usage,
+        report,
+        first_chunk: out.sources,
+        first_text: out.first,
+        load_level: shape.level,
+        backend: r.backend,
+        queued: r.queued,
+        hedged: r.hedged,
+    }
+}
+
+/// Tokens in `chars` of text at the prior's characters per token, for
+/// routing before a backend (and its learned ratio) is chosen.
+pub(crate) fn approx_tokens(chars: usize) -> usize {
+    (chars as f64 / crate::stats::Estimates::PRIOR.chars_per_token).ceil() as usize
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use ragtime_core::Passage;
+    use std::sync::Arc;
+
+    pub(crate) fn hit(id: i64, title: &str, text: &str) -> Passage {
+        let c =
+            ragtime_testkit::chunk(id, &format!("doc-{id}"), title, text, serde_json::json!({}));
+        Passage {
+            chunk: Arc::new(c),
+            score: 1.0,
+        }
+    }
+}

@@ -1,0 +1,427 @@
+//! The corpus: the store, the embedder and the indexes together. Ingestion writes the store first (the write is acknowledged
+//! only once committed) and then the in-memory indexes, which are rebuilt
+//! from the store on start, so a crash loses nothing acknowledged and
+//! leaves no half-indexed document.
+
+use crate::stages::IndexRetriever;
+use ragtime_core::{Cancel, Chunk, Embedder, Retriever, StageError};
+use ragtime_embed::Chunker;
+use ragtime_retrieve::{CollectionIndex, IndexError, Indexes};
+use ragtime_store::{NewChunk, NewDocument, Store, StoreError, Upsert, WriteReceipt};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::sync::Arc;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum CorpusError {
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    Index(#[from] IndexError),
+    #[error("embedding: {0}")]
+    Embed(StageError),
+    #[error("unknown collection {0:?}")]
+    UnknownCollection(String),
+}
+
+pub use ragtime_core::IngestDoc;
+
+/// What happened to one document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ingested {
+    pub id: String,
+    pub status: Upsert,
+    pub chunks: usize,
+}
+
+/// A document on its way in: its chunks and their vectors, unless its
+/// content is what the store already holds.
+struct PendingDoc {
+    doc: IngestDoc,
+    metadata: String,
+    hash: String,
+    unchanged: bool,
+    pieces: Vec<ragtime_embed::TextChunk>,
+    vectors: Vec<Vec<f32>>,
+}
+
+impl PendingDoc {
+    /// The document as the store takes it (its vectors moved out).
+    fn new_document(&mut self) -> NewDocument {
+        let vectors = std::mem::take(&mut self.vectors);
+        let chunks = self.pieces.iter().zip(vectors).enumerate();
+        NewDocument {
+            external_id: self.doc.id.clone(),
+            title: self.doc.title.clone(),
+            metadata: self.metadata.clone(),
+            content_hash: self.hash.clone(),
+            chunks: chunks
+                .map(|(i, (c, embedding))| NewChunk {
+                    position: i as i32,
+                    text: c.text.clone(),
+                    tokens: c.tokens as i32,
+                    embedding,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A stored document's chunks, with their vectors, as the indexes take them.
+fn index_entries(
+    doc: IngestDoc,
+    receipt: &WriteReceipt,
+    new: NewDocument,
+) -> Vec<(Chunk, Vec<f32>)> {
+    let meta = Arc::new(Value::Object(doc.metadata));
+    receipt
+        .chunk_ids
+        .iter()
+        .zip(new.chunks)
+        .map(|(id, c)| {
+            let chunk = Chunk {
+                chunk_id: *id,
+                document_id: receipt.document_id,
+                external_id: doc.id.clone(),
+                position: c.position,
+                title: doc.title.clone(),
+                metadata: meta.clone(),
+                text: c.text,
+            };
+            (chunk, c.embedding)
+        })
+        .collect()
+}
+
+/// Documents chunked and embedded by [`Corpus::prepare`], not yet written.
+pub struct Prepared {
+    collection: String,
+    coll_id: i64,
+    pending: Vec<PendingDoc>,
+}
+
+/// Chunking settings (they are part of the content hash, so changing them
+/// re-embeds documents on their next ingest).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkParams {
+    pub max_tokens: usize,
+    pub overlap: usize,
+}
+
+pub struct Corpus {
+    pub store: Store,
+    pub embedder: Arc<dyn Embedder>,
+    pub indexes: Indexes,
+    chunker: Chunker,
+    params: ChunkParams,
+    /// One writer at a time per process: store and index change together.
+    write_lock: tokio::sync::Mutex<()>,
+    /// The corpus version the indexes reflect (the ingest log's last id):
+    /// cached answers are only reused within one version.
+    version: std::sync::atomic::AtomicI64,
+}
+
+/// The first 16 hex digits of the SHA-256 of `parts`, each ended by 0xff
+/// (which no UTF-8 text holds), so the parts cannot run into each other.
+fn digest(parts: &[&[u8]]) -> String {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update(p);
+        h.update([0xff]);
+    }
+    h.finalize()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The text embedded for a chunk: its document's title, then the chunk.
+fn embed_text(title: &str, chunk: &str) -> String {
+    if title.is_empty() {
+        chunk.to_owned()
+    } else {
+        format!("{title}\n{chunk}")
+    }
+}
+
+impl Corpus {
+    /// `chunker` splits text with the embedding model's tokenizer.
+    pub fn new(
+        store: Store,
+        embedder: Arc<dyn Embedder>,
+        chunker: Chunker,
+        params: ChunkParams,
+    ) -> Self {
+        let indexes = Indexes::new(embedder.dim(), ragtime_retrieve::DenseParams::default());
+        Self {
+            store,
+            embedder,
+            indexes,
+            chunker,
+            params,
+            write_lock: tokio::sync::Mutex::new(()),
+            version: std::sync::atomic::AtomicI64::new(0),
+        }
+    }
+
+    /// The corpus version the indexes reflect; it changes with every
+    /// ingest or delete that changed something.
+    pub fn version(&self) -> i64 {
+        self.version.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn advance(&self, version: i64) {
+        self.version
+            .fetch_max(version, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// Rebuilds every index from the store. Returns the chunks indexed.
+    pub async fn rebuild(&self) -> Result<usize, CorpusError> {
+        let _w = self.write_lock.lock().await;
+        let version = self.store.corpus_version().await?;
+        let chunks = self.store.index_chunks().await?;
+        let n = chunks.len();
+        let mut by_collection: HashMap<String, Vec<(Chunk, Vec<f32>)>> = HashMap::new();
+        for c in chunks {
+            let metadata =
+                Arc::new(serde_json::from_str(&c.metadata).unwrap_or(Value::Object(Map::new())));
+            by_collection.entry(c.collection).or_default().push((
+                Chunk {
+                    chunk_id: c.chunk_id,
+                    document_id: c.document_id,
+                    external_id: c.external_id,
+                    position: c.position,
+                    title: c.title,
+                    metadata,
+                    text: c.text,
+                },
+                c.embedding,
+            ));
+        }
+        for (name, items) in by_collection {
+            let idx = self.indexes.get_or_create(&name)?;
+            tokio::task::block_in_place(|| idx.add(items))?;
+        }
+        self.advance(version);
+        Ok(n)
+    }
+
+    /// An existing collection as the pipeline's retriever.
+    pub async fn retriever(&self, name: &str) -> Result<Arc<dyn Retriever>, CorpusError> {
+        Ok(Arc::new(IndexRetriever(self.collection(name).await?)))
+    }
+
+    /// The index of an existing collection (404 material when missing).
+    pub async fn collection(&self, name: &str) -> Result<Arc<CollectionIndex>, CorpusError> {
+        if let Some(idx) = self.indexes.get(name) {
+            return Ok(idx);
+        }
+        match self.store.collection_id(name).await? {
+            Some(_) => Ok(self.indexes.get_or_create(name)?),
+            None => Err(CorpusError::UnknownCollection(name.to_owned())),
+        }
+    }
+
+    /// Ingests documents into `collection` (created if missing):
+    /// [`Corpus::prepare`] then [`Corpus::commit`]. Only the commit is serialised
+    /// with other writes, so concurrent ingests embed while another commits.
+    pub async fn ingest(
+        &self,
+        collection: &str,
+        docs: Vec<IngestDoc>,
+    ) -> Result<Vec<Ingested>, CorpusError> {
+        let prepared = self.prepare(collection, docs).await?;
+        self.commit(prepared).await
+    }
+
+    /// Ingests a sequence of batches in order, preparing (chunking and
+    /// embedding) the next batch while the previous one commits, so the
+    /// embedding threads rarely wait for the store and the indexes.
+    /// `done` sees each batch's outcome as it is committed.
+    pub async fn ingest_batches(
+        &self,
+        collection: &str,
+        batches: impl IntoIterator<Item = Vec<IngestDoc>>,
+        mut done: impl FnMut(Vec<Ingested>),
+    ) -> Result<(), CorpusError> {
+        let mut previous: Option<Prepared> = None;
+        for batch in batches {
+            let next = self.prepare(collection, batch);
+            let next = match previous.take() {
+                Some(p) => {
+                    let (next, committed) = tokio::join!(next, self.commit(p));
+                    done(committed?);
+                    next?
+                }
+                None => next.await?,
+            };
+            previous = Some(next);
+        }
+        if let Some(p) = previous {
+            done(self.commit(p).await?);
+        }
+        Ok(())
+    }
+
+    fn content_hash(&self, doc: &IngestDoc, metadata: &str) -> String {
+        format!(
+            "{}-{}-{}",
+            digest(&[
+                doc.title.as_bytes(),
+                doc.text.as_bytes(),
+                metadata.as_bytes()
+            ]),
+            self.params.max_tokens,
+            self.params.overlap
+        )
+    }
+
+    /// Chunks and embeds (all chunks of the request together, in full
+    /// batches) every document whose content differs from the stored one.
+    /// Writes nothing but the collection's name.
+    pub async fn prepare(
+        &self,
+        collection: &str,
+        docs: Vec<IngestDoc>,
+    ) -> Result<Prepared, CorpusError> {
+        // Every write, creating a collection too, happens under the write
+        // lock (SQLite allows one writer; a second would see it busy).
+        let coll_id = match self.store.collection_id(collection).await? {
+            Some(id) => id,
+            None => {
+                let _w = self.write_lock.lock().await;
+                self.store.ensure_collection(collection).await?
+            }
+        };
+        let mut pending = Vec::with_capacity(docs.len());
+        for doc in docs {
+            let metadata = Value::Object(doc.metadata.clone()).to_string();
+            let hash = self.content_hash(&doc, &metadata);
+            let unchanged =
+                self.store.content_hash(coll_id, &doc.id).await?.as_deref() == Some(hash.as_str());
+            pending.push(PendingDoc {
+                doc,
+                metadata,
+                hash,
+                unchanged,
+                pieces: Vec::new(),
+                vectors: Vec::new(),
+            });
+        }
+        self.embed_pending(pending.iter_mut().filter(|p| !p.unchanged))
+            .await?;
+        Ok(Prepared {
+            collection: collection.to_owned(),
+            coll_id,
+            pending,
+        })
+    }
+
+    async fn embed_pending(
+        &self,
+        docs: impl Iterator<Item = &mut PendingDoc>,
+    ) -> Result<(), CorpusError> {
+        let mut docs: Vec<&mut PendingDoc> = docs.collect();
+        for p in docs.iter_mut() {
+            p.pieces = tokio::task::block_in_place(|| self.chunker.chunk(&p.doc.text));
+        }
+        let texts: Vec<String> = docs
+            .iter()
+            .flat_map(|p| p.pieces.iter().map(|c| embed_text(&p.doc.title, &c.text)))
+            .collect();
+        let mut vectors = self
+            .embedder
+            .embed_passages(texts, Cancel::new())
+            .await
+            .map_err(CorpusError::Embed)?
+            .into_iter();
+        for p in docs {
+            p.vectors = vectors.by_ref().take(p.pieces.len()).collect();
+        }
+        Ok(())
+    }
+
+    /// Commits prepared documents to the store in one transaction, then to
+    /// the indexes (a write is acknowledged once durable). Commits are
+    /// serialised; a document found unchanged while preparing is checked
+    /// again here, and embedded now if another write changed it since.
+    pub async fn commit(&self, prepared: Prepared) -> Result<Vec<Ingested>, CorpusError> {
+        let _w = self.write_lock.lock().await;
+        let Prepared {
+            collection,
+            coll_id,
+            mut pending,
+        } = prepared;
+        let index = self.indexes.get_or_create(&collection)?;
+        let mut changed_since = Vec::new();
+        for p in pending.iter_mut().filter(|p| p.unchanged) {
+            let stored = self.store.content_hash(coll_id, &p.doc.id).await?;
+            if stored.as_deref() != Some(p.hash.as_str()) {
+                p.unchanged = false;
+                changed_since.push(p);
+            }
+        }
+        self.embed_pending(changed_since.into_iter()).await?;
+        let new_docs: Vec<NewDocument> = pending
+            .iter_mut()
+            .filter(|p| !p.unchanged)
+            .map(PendingDoc::new_document)
+            .collect();
+        let receipts = self.store.upsert_documents(coll_id, &new_docs).await?;
+        // Durable from here on; the indexes follow the store.
+        let version = receipts.iter().map(|r| r.version).max();
+        let mut out = Vec::with_capacity(pending.len());
+        let (mut removed, mut items) = (Vec::new(), Vec::new());
+        let mut receipts = receipts.into_iter().zip(new_docs);
+        for PendingDoc { doc, unchanged, .. } in pending {
+            if unchanged {
+                let stored = self.store.get_document(coll_id, &doc.id).await?;
+                out.push(Ingested {
+                    id: doc.id,
+                    status: Upsert::Unchanged,
+                    chunks: stored.map_or(0, |d| d.chunks.len()),
+                });
+                continue;
+            }
+            let Some((receipt, new)) = receipts.next() else {
+                break;
+            };
+            removed.extend_from_slice(&receipt.removed_chunk_ids);
+            out.push(Ingested {
+                id: doc.id.clone(),
+                status: receipt.upsert,
+                chunks: receipt.chunk_ids.len(),
+            });
+            items.extend(index_entries(doc, &receipt, new));
+        }
+        // A document listed twice replaces its own first version.
+        let gone: std::collections::HashSet<i64> = removed.iter().copied().collect();
+        items.retain(|(c, _)| !gone.contains(&c.chunk_id));
+        tokio::task::block_in_place(|| {
+            index.remove(&removed)?;
+            index.add(items)
+        })?;
+        if let Some(v) = version {
+            self.advance(v);
+        }
+        Ok(out)
+    }
+
+    /// Deletes a document; `false` if there was none.
+    pub async fn delete(&self, collection: &str, id: &str) -> Result<bool, CorpusError> {
+        let _w = self.write_lock.lock().await;
+        let Some(coll_id) = self.store.collection_id(collection).await? else {
+            return Err(CorpusError::UnknownCollection(collection.to_owned()));
+        };
+        let Some(receipt) = self.store.delete_document(coll_id, id).await? else {
+            return Ok(false);
+        };
+        if let Some(index) = self.indexes.get(collection) {
+            index.remove(&receipt.removed_chunk_ids)?;
+        }
+        self.advance(receipt.version);
+        Ok(true)
+    }
+}

@@ -1,0 +1,477 @@
+//! [`Pipeline`]: every request's owner. Handlers hand it what they parsed;
+//! it resolves the collection, picks the budgets (tenant, experiment),
+//! runs the request's steps under one deadline, and records the outcome in
+//! metrics, on the request's span and in the experiment's arm.
+
+use crate::PipelineError;
+use crate::backend::Backends;
+use crate::budget::RequestBudget;
+use crate::budgets::Budgets;
+use crate::chat::{self, CHAT_PLAN, ChatAnswer, ChatDeps, ChatEvent, ChatInput};
+use crate::corpus::{Corpus, CorpusError, IngestDoc, Ingested};
+use crate::embeddings::{self, Embedded};
+use crate::experiment::{Arm, Experiment};
+use crate::load::Levels;
+use crate::rerank::RerankParams;
+use crate::search::{self, Mode, SearchDeps, SearchOutcome, SearchRequest};
+use ragtime_core::{
+    BudgetReport, Filter, Message, Outcome, Reranker, ResponseCache, Retriever, Scope, Stage,
+    Tenant,
+};
+use ragtime_telemetry::metrics::Metrics;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+/// What the pipeline needs to know of the deployment.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The model name clients see (`GET /v1/models`, answers' `model`).
+    pub model: String,
+    /// Passages in a chat prompt unless the request says otherwise.
+    pub top_k: usize,
+    /// Stored messages of a conversation put back into its prompt.
+    pub history_messages: usize,
+    pub rerank: RerankParams,
+}
+
+/// How long a finished turn's conversation write may take. It runs after
+/// the answer is sent, off the response path; the conversation's next turn
+/// waits for it (at most this long) so its history is complete.
+const TURN_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The stages and shared state every request runs with.
+pub struct Pipeline {
+    pub corpus: Corpus,
+    pub reranker: Option<Arc<dyn Reranker>>,
+    /// The LLM backends, their admission gates and breakers.
+    pub backends: Arc<Backends>,
+    /// How requests shrink as the backends fill up.
+    pub levels: Levels,
+    pub cache: Option<Arc<dyn ResponseCache>>,
+    pub budgets: Arc<Budgets>,
+    pub metrics: Arc<Metrics>,
+    pub settings: Settings,
+    /// Conversations with a turn being stored: the next turn's history
+    /// waits for it.
+    writing: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// Aborts a chat's task when dropped before [`AbortOnDrop::disarm`]: a
+/// client that goes away stops its generation at once.
+pub struct AbortOnDrop(Option<tokio::task::AbortHandle>);
+
+impl AbortOnDrop {
+    /// The answer is delivered: let the task finish its bookkeeping.
+    pub fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(h) = self.0.take() {
+            h.abort();
+        }
+    }
+}
+
+/// A search as a client asks for it.
+#[derive(Debug, Clone)]
+pub struct SearchQuery {
+    pub collection: String,
+    pub query: String,
+    pub top_k: usize,
+    pub mode: Mode,
+    pub filter: Filter,
+    pub rerank: bool,
+    pub budget_ms: Option<u64>,
+}
+
+/// A chat turn as a client asks for it.
+#[derive(Debug, Clone, Default)]
+pub struct ChatQuery {
+    pub collection: String,
+    /// The user's last turn.
+    pub query: String,
+    /// Earlier turns the client sent (used without a stored conversation).
+    pub earlier: Vec<Message>,
+    pub conversation_id: Option<String>,
+    pub top_k: Option<usize>,
+    pub filter: Filter,
+    /// The filter in a canonical text form (part of the cache scope).
+    pub filter_key: String,
+    pub max_tokens: Option<u32>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub budget_ms: Option<u64>,
+    pub traceparent: Option<String>,
+}
+
+/// A chat turn under way: its events end with [`ChatEvent::Done`].
+pub struct ChatStarted {
+    pub conversation_id: String,
+    pub model: String,
+    pub events: mpsc::Receiver<ChatEvent>,
+    /// Aborts the turn when dropped, until disarmed.
+    pub task: AbortOnDrop,
+}
+
+type ArmOf = Option<(Arc<Experiment>, Arm)>;
+
+impl Pipeline {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        corpus: Corpus,
+        reranker: Option<Arc<dyn Reranker>>,
+        backends: Arc<Backends>,
+        levels: Levels,
+        cache: Option<Arc<dyn ResponseCache>>,
+        budgets: Arc<Budgets>,
+        metrics: Arc<Metrics>,
+        settings: Settings,
+    ) -> Self {
+        Self {
+            corpus,
+            reranker,
+            backends,
+            levels,
+            cache,
+            budgets,
+            metrics,
+            settings,
+            writing: Mutex::default(),
+        }
+    }
+
+    /// An existing collection of `tenant` (`collection` as the caller named it).
+    pub async fn retriever(
+        &self,
+        tenant: &Tenant,
+        collection: &str,
+    ) -> Result<Arc<dyn Retriever>, PipelineError> {
+        self.corpus
+            .retriever(&tenant.collection(collection))
+            .await
+            .map_err(|e| Self::corpus_error(e, collection))
+    }
+
+    fn corpus_error(e: CorpusError, collection: &str) -> PipelineError {
+        match e {
+            CorpusError::UnknownCollection(_) => {
+                PipelineError::UnknownCollection(collection.to_owned())
+            }
+            other => PipelineError::Internal(other.to_string()),
+        }
+    }
+
+    /// Ingests documents into a collection of `tenant` (created if
+    /// missing); every document is committed when this returns. Returns
+    /// what happened to each, and the corpus version after.
+    pub async fn ingest(
+        &self,
+        tenant: &Tenant,
+        collection: &str,
+        docs: Vec<IngestDoc>,
+    ) -> Result<(Vec<Ingested>, i64), PipelineError> {
+        let done = self
+            .corpus
+            .ingest(&tenant.collection(collection), docs)
+            .await
+            .map_err(|e| Self::corpus_error(e, collection))?;
+        let version = self
+            .corpus
+            .store
+            .corpus_version()
+            .await
+            .map_err(|e| PipelineError::Internal(e.to_string()))?;
+        Ok((done, version))
+    }
+
+    /// Deletes a document; `false` if there was none.
+    pub async fn delete(
+        &self,
+        tenant: &Tenant,
+        collection: &str,
+        id: &str,
+    ) -> Result<bool, PipelineError> {
+        self.corpus
+            .delete(&tenant.collection(collection), id)
+            .await
+            .map_err(|e| Self::corpus_error(e, collection))
+    }
+
+    /// A search for `tenant`, under a budget that started when the request
+    /// `arrived`.
+    pub async fn search(
+        &self,
+        tenant: &Tenant,
+        q: SearchQuery,
+        arrived: Instant,
+    ) -> Result<SearchOutcome, PipelineError> {
+        let retriever = self.retriever(tenant, &q.collection).await?;
+        let reranker = match (q.rerank, &self.reranker) {
+            (false, _) => None,
+            (true, Some(r)) => Some((r.as_ref(), self.settings.rerank)),
+            (true, None) => {
+                return Err(PipelineError::invalid(
+                    "rerank",
+                    "no reranker is configured (set RAGTIME__RERANK__MODEL_DIR)",
+                ));
+            }
+        };
+        let (profile, arm) = self.budgets.assign(tenant.name());
+        let budget =
+            RequestBudget::start_at(&profile, search::plan(q.rerank), q.budget_ms, arrived);
+        let deps = SearchDeps {
+            embedder: self.corpus.embedder.as_ref(),
+            retriever: retriever.as_ref(),
+            reranker,
+        };
+        let req = SearchRequest {
+            query: q.query,
+            top_k: q.top_k,
+            mode: q.mode,
+            filter: q.filter,
+        };
+        let out = search::run(&budget, &deps, &req).await;
+        let reason = out.report.first_degraded().map(|s| s.stage.name());
+        self.record(&out.report, reason, arm);
+        Ok(out)
+    }
+
+    pub async fn embeddings(
+        &self,
+        tenant: &Tenant,
+        texts: Vec<String>,
+        budget_ms: Option<u64>,
+        arrived: Instant,
+    ) -> Result<Embedded, PipelineError> {
+        let profile = embeddings::profile(&self.budgets.assign(tenant.name()).0, budget_ms);
+        let done = embeddings::run(&profile, self.corpus.embedder.as_ref(), texts, arrived).await;
+        match &done {
+            Ok(Embedded { report, .. }) | Err(PipelineError::BudgetExceeded { report, .. }) => {
+                self.metrics.record_report(report);
+            }
+            Err(_) => {}
+        }
+        done
+    }
+
+    /// Starts a chat turn that `arrived` then: checks what can be refused
+    /// (unknown collection, a conversation of another collection, every
+    /// backend's queue full), then runs it on its own task.
+    pub async fn chat(
+        self: &Arc<Self>,
+        tenant: &Tenant,
+        q: ChatQuery,
+        arrived: Instant,
+    ) -> Result<ChatStarted, PipelineError> {
+        let retriever = self.retriever(tenant, &q.collection).await?;
+        if let Some(drain) = self.backends.saturated() {
+            self.metrics.shed("all", "full");
+            return Err(PipelineError::Overloaded { retry_after: drain });
+        }
+        let stored = tenant.collection(&q.collection);
+        let (conversation_id, history) = self
+            .history(
+                tenant,
+                &stored,
+                q.conversation_id.clone(),
+                q.earlier.clone(),
+            )
+            .await?;
+        let (profile, arm) = self.budgets.assign(tenant.name());
+        let budget = RequestBudget::start_at(&profile, &CHAT_PLAN, q.budget_ms, arrived);
+        let input = ChatInput {
+            scope: Scope {
+                tenant: tenant.name().to_owned(),
+                collection: q.collection,
+                filter: q.filter_key,
+                version: u64::try_from(self.corpus.version()).unwrap_or(0),
+            },
+            query: q.query,
+            history,
+            top_k: q.top_k.unwrap_or(self.settings.top_k),
+            filter: q.filter,
+            max_tokens: q.max_tokens,
+            temperature: q.temperature,
+            top_p: q.top_p,
+            traceparent: q.traceparent,
+            priority: self.budgets.priority(tenant.name()),
+        };
+        let (tx, events) = mpsc::channel(64);
+        let me = self.clone();
+        let conversation = tenant.conversation(&conversation_id);
+        let work = async move {
+            let answer = {
+                let _llm = me.metrics.llm_in_flight();
+                me.run_chat(&budget, retriever.as_ref(), &input, &tx).await
+            };
+            me.record_chat(&answer, arm);
+            // The next turn of this conversation reads its history only
+            // once this one is stored: take the lock before the answer ends.
+            let lock = me.writing_lock(&conversation);
+            let guard = lock.clone().lock_owned().await;
+            let text = answer.text.clone();
+            let _ = tx.send(ChatEvent::Done(Box::new(answer))).await;
+            drop(tx);
+            if !text.trim().is_empty() {
+                let write =
+                    me.corpus
+                        .store
+                        .append_turn(&conversation, &stored, &input.query, &text);
+                match tokio::time::timeout(TURN_WRITE_TIMEOUT, write).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        tracing::error!(error = %e, "could not store the conversation turn")
+                    }
+                    Err(_) => tracing::error!("storing the conversation turn timed out"),
+                }
+            }
+            drop(guard);
+            me.done_writing(&conversation, lock);
+        };
+        let handle = tokio::spawn(work.instrument(tracing::Span::current()));
+        Ok(ChatStarted {
+            conversation_id,
+            model: self.settings.model.clone(),
+            events,
+            task: AbortOnDrop(Some(handle.abort_handle())),
+        })
+    }
+
+    fn writing_lock(&self, conversation: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut m = self.writing.lock().unwrap_or_else(PoisonError::into_inner);
+        m.entry(conversation.to_owned()).or_default().clone()
+    }
+
+    fn done_writing(&self, conversation: &str, lock: Arc<tokio::sync::Mutex<()>>) {
+        let mut m = self.writing.lock().unwrap_or_else(PoisonError::into_inner);
+        // Ours and the map's: nobody else waits on it.
+        if Arc::strong_count(&lock) <= 2 {
+            m.remove(conversation);
+        }
+    }
+
+    async fn run_chat(
+        &self,
+        budget: &RequestBudget,
+        retriever: &dyn Retriever,
+        input: &ChatInput,
+        tx: &mpsc::Sender<ChatEvent>,
+    ) -> ChatAnswer {
+        let deps = ChatDeps {
+            embedder: self.corpus.embedder.as_ref(),
+            retriever,
+            reranker: self.reranker.as_deref().map(|r| (r, self.settings.rerank)),
+            backends: &self.backends,
+            levels: &self.levels,
+            cache: self.cache.as_deref(),
+        };
+        chat::run(budget, &deps, input, tx).await
+    }
+
+    /// The conversation's id and the turns its prompt gets: the stored ones
+    /// for a known conversation, else the client's own earlier messages.
+    async fn history(
+        &self,
+        tenant: &Tenant,
+        stored_collection: &str,
+        id: Option<String>,
+        earlier: Vec<Message>,
+    ) -> Result<(String, Vec<Message>), PipelineError> {
+        let keep = self.settings.history_messages;
+        let tail = |mut v: Vec<Message>| {
+            v.drain(..v.len().saturating_sub(keep));
+            v
+        };
+        let Some(id) = id else {
+            return Ok((uuid::Uuid::new_v4().to_string(), tail(earlier)));
+        };
+        let store = &self.corpus.store;
+        let conv = tenant.conversation(&id);
+        // A turn of this conversation still being stored comes first.
+        let pending = self
+            .writing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&conv)
+            .cloned();
+        if let Some(lock) = pending {
+            let _ = tokio::time::timeout(TURN_WRITE_TIMEOUT, lock.lock()).await;
+        }
+        let internal = |e: ragtime_store::StoreError| PipelineError::Internal(e.to_string());
+        match store
+            .conversation_collection(&conv)
+            .await
+            .map_err(internal)?
+        {
+            Some(c) if c != stored_collection => Err(PipelineError::invalid(
+                "conversation_id",
+                "this conversation belongs to another collection",
+            )),
+            Some(_) => {
+                let turns = store.recent_turns(&conv, keep).await.map_err(internal)?;
+                let h = turns
+                    .into_iter()
+                    .map(|t| Message::new(&t.role, t.content))
+                    .collect();
+                Ok((id, h))
+            }
+            None => Ok((id, tail(earlier))),
+        }
+    }
+
+    /// A request's story into the metrics, onto its root span and into its
+    /// experiment arm.
+    fn record(&self, report: &BudgetReport, partial_reason: Option<&str>, arm: ArmOf) {
+        self.metrics.record_report(report);
+        if let Some((e, a)) = arm {
+            e.record(a, report, partial_reason.is_some());
+        }
+        let span = tracing::Span::current();
+        span.record("ragtime.partial", partial_reason.is_some());
+        if let Some(r) = partial_reason {
+            span.record("ragtime.partial_reason", r);
+        }
+    }
+
+    fn record_chat(&self, a: &ChatAnswer, arm: ArmOf) {
+        self.record(&a.report, a.partial_reason.as_deref(), arm);
+        let m = &self.metrics;
+        if let Some(r) = &a.partial_reason {
+            m.partial_answer(r);
+        }
+        let ok = |s: Stage| a.report.stage(s).filter(|s| s.outcome == Outcome::Ok);
+        if ok(Stage::Cache).is_some() {
+            m.cache_lookup(a.cached);
+        }
+        if let Some(t) = ok(Stage::LlmTtft) {
+            m.ttft(Duration::from_millis(t.elapsed_ms));
+        }
+        if let Some(d) = a.first_chunk {
+            m.first_chunk(d);
+        }
+        if let Some(q) = a.queued {
+            m.queue_wait(q);
+        }
+        if a.partial_reason.as_deref() == Some("overload") {
+            m.shed(a.backend.as_deref().unwrap_or("any"), "shed");
+        }
+        if a.hedged {
+            m.hedge();
+        }
+        m.load_level(a.load_level);
+        if let Some(g) = ok(Stage::LlmGenerate)
+            && a.usage.completion_tokens > 1
+        {
+            m.time_per_output_token(
+                Duration::from_millis(g.elapsed_ms) / (a.usage.completion_tokens - 1),
+            );
+        }
+    }
+}

@@ -1,0 +1,354 @@
+//! The LLM stages under load, on paused time with scripted backends:
+//! admission (queue order by priority and deadline, shedding what cannot
+//! wait, a queue timeout not mistaken for slow prefill), hedging, failover
+//! and circuit breakers, and broken streams.
+
+use async_trait::async_trait;
+use ragtime_core::{GenRequest, Generator, Outcome, Scope, Stage, StageError, TokenStream};
+use ragtime_pipeline::backend::breaker::{Breaker, BreakerState};
+use ragtime_pipeline::backend::{Backend, BackendSpec, Backends, HedgePolicy};
+use ragtime_pipeline::chat::{self, CHAT_PLAN, ChatAnswer, ChatDeps, ChatInput};
+use ragtime_pipeline::load::Levels;
+use ragtime_pipeline::{BudgetProfile, RequestBudget};
+use ragtime_testkit::{End, HashEmbedder, MemoryRetriever, Script, ScriptedGenerator, chunk};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+const MS: Duration = Duration::from_millis(1);
+
+fn profile() -> BudgetProfile {
+    BudgetProfile {
+        total_ms: 10_000,
+        cache_ms: 20,
+        embed_ms: 100,
+        retrieve_ms: 100,
+        rerank_ms: 100,
+        llm_ttft_ms: 1_000,
+        llm_generate_ms: 2_000,
+    }
+}
+
+fn corpus(e: &HashEmbedder) -> MemoryRetriever {
+    let chunks = (0..8)
+        .map(|i| {
+            let text = format!("Passage {i} on insulin signalling and sleep in adults.");
+            chunk(
+                i + 1,
+                &format!("d{i}"),
+                &format!("Doc {i}"),
+                &text,
+                json!({}),
+            )
+        })
+        .collect();
+    MemoryRetriever::new(e, chunks)
+}
+
+fn backend(name: &str, g: Arc<dyn Generator>, slots: usize, weight: f64) -> Arc<Backend> {
+    let spec = BackendSpec {
+        name: name.into(),
+        model: "m".into(),
+        slots,
+        max_queue: 64,
+        weight,
+        context_tokens: 4096,
+    };
+    Backend::new(spec, g, Breaker::new(3, Duration::from_secs(5)))
+}
+
+fn input(query: &str, priority: u8) -> ChatInput {
+    ChatInput {
+        priority,
+        ..ChatInput::new(query, Scope::new("t", "c", "", 1), 3)
+    }
+}
+
+struct World {
+    e: HashEmbedder,
+    r: MemoryRetriever,
+    backends: Backends,
+    levels: Levels,
+}
+
+impl World {
+    fn new(list: Vec<Arc<Backend>>, hedge: HedgePolicy) -> Arc<Self> {
+        let e = HashEmbedder::new(64);
+        let r = corpus(&e);
+        Arc::new(Self {
+            e,
+            r,
+            backends: Backends::new(list, hedge),
+            levels: Levels(Vec::new()),
+        })
+    }
+
+    async fn ask(&self, input: ChatInput) -> ChatAnswer {
+        let deps = ChatDeps {
+            embedder: &self.e,
+            retriever: &self.r,
+            reranker: None,
+            backends: &self.backends,
+            levels: &self.levels,
+            cache: None,
+        };
+        let (tx, mut rx) = mpsc::channel(256);
+        let drain = tokio::spawn(async move { while rx.recv().await.is_some() {} });
+        let budget = RequestBudget::start(&profile(), &CHAT_PLAN, None);
+        let a = chat::run(&budget, &deps, &input, &tx).await;
+        drop(tx);
+        let _ = drain.await;
+        a
+    }
+}
+
+fn stage(a: &ChatAnswer, s: Stage) -> (Outcome, u64, u64) {
+    a.report.stage(s).map_or((Outcome::Skipped, 0, 0), |x| {
+        (x.outcome, x.elapsed_ms, x.budget_ms)
+    })
+}
+
+/// 32 requests in flight on a backend of two slots that answers in about
+/// 300 ms: the first two get slots at once; of the rest, premium tenants'
+/// go first; those whose expected wait leaves no room for a first token
+/// are shed at once (an extractive answer, `overload`); no stage outlives
+/// its budget.
+#[tokio::test(start_paused = true)]
+async fn thirty_two_in_flight_queue_by_priority_and_deadline_and_shed_what_cannot_wait() {
+    let g = Arc::new(ScriptedGenerator::new(Script::tokens(5, 200 * MS, 20 * MS)));
+    let b = backend("one", g.clone(), 2, 1.0);
+    // Teach the gate the service time before the burst.
+    for _ in 0..5 {
+        let p = b.gate.try_admit();
+        tokio::time::sleep(300 * MS).await;
+        drop(p);
+    }
+    let w = World::new(vec![b.clone()], HedgePolicy::default());
+    let mut tasks = Vec::new();
+    for i in 0..32u8 {
+        let w = w.clone();
+        let priority = u8::from(i % 2 == 1);
+        tasks.push(tokio::spawn(async move {
+            let a = w
+                .ask(input(
+                    &format!("insulin question {i} p{priority}"),
+                    priority,
+                ))
+                .await;
+            (i, priority, a)
+        }));
+    }
+    let mut answered = Vec::new();
+    let (mut shed, mut missed) = (0, 0);
+    for t in tasks {
+        let Ok((i, priority, a)) = t.await else {
+            panic!("a request task failed");
+        };
+        for s in &a.report.stages {
+            assert!(
+                s.elapsed_ms <= s.budget_ms + 2 || s.budget_ms == 0,
+                "request {i}: {} took {} ms of a {} ms budget",
+                s.stage,
+                s.elapsed_ms,
+                s.budget_ms
+            );
+        }
+        match a.partial_reason.as_deref() {
+            None => answered.push((i, priority)),
+            Some("overload") => {
+                shed += 1;
+                assert_eq!(stage(&a, Stage::LlmTtft).0, Outcome::Skipped);
+                assert!(
+                    a.first_text < Some(50 * MS),
+                    "a shed answer is immediate: {:?}",
+                    a.first_text
+                );
+                assert!(a.text.starts_with("The model could not answer in time"));
+            }
+            // Queued, then too late for a first token when a slot came.
+            Some("llm_ttft") => missed += 1,
+            Some(other) => panic!(
+                "request {i}: unexpected partial reason {other}: {:?}",
+                a.report
+            ),
+        }
+    }
+    assert!(shed > 0, "some requests could not wait");
+    assert!(answered.len() >= 4, "{answered:?}");
+    assert!(
+        missed * 10 <= 32,
+        "at most a tenth admitted then missed: {missed}"
+    );
+    assert_eq!(answered.len() + shed + missed, 32);
+    // The order the backend saw: after the two that found a free slot,
+    // every premium request before any other.
+    let seen: Vec<u8> = g
+        .requests()
+        .iter()
+        .map(|r| u8::from(r.messages.last().is_some_and(|m| m.content.ends_with("p1"))))
+        .collect();
+    let after_first_two = &seen[2.min(seen.len())..];
+    let first_plain = after_first_two
+        .iter()
+        .position(|p| *p == 0)
+        .unwrap_or(after_first_two.len());
+    assert!(
+        after_first_two[first_plain..].iter().all(|p| *p == 0),
+        "premium requests wait less: {seen:?}"
+    );
+    assert_eq!(b.gate.state().busy, 0, "every slot was given back");
+}
+
+/// A request that queued and timed out never reached the backend: that is
+/// not slow prefill, and the backend's learned speed does not move.
+#[tokio::test(start_paused = true)]
+async fn a_queue_timeout_is_not_booked_as_slow_prefill() {
+    let g = Arc::new(ScriptedGenerator::new(Script::tokens(3, 100 * MS, 10 * MS)));
+    let b = backend("one", g.clone(), 1, 1.0);
+    let w = World::new(vec![b.clone()], HedgePolicy::default());
+    let before = b.stats.estimates();
+    // Hold the only slot for longer than the allotment; the gate still
+    // believes its prior (a slot frees in about 2 s), so a request with a
+    // deadline beyond that queues rather than being shed.
+    let held = b.gate.try_admit();
+    let mut long = input("insulin", 0);
+    long.max_tokens = Some(8);
+    let mut p = profile();
+    p.llm_ttft_ms = 4_000;
+    let deps = ChatDeps {
+        embedder: &w.e,
+        retriever: &w.r,
+        reranker: None,
+        backends: &w.backends,
+        levels: &w.levels,
+        cache: None,
+    };
+    let (tx, _rx) = mpsc::channel(256);
+    let budget = RequestBudget::start(&p, &CHAT_PLAN, None);
+    let a = chat::run(&budget, &deps, &long, &tx).await;
+    drop(held);
+    assert_eq!(a.partial_reason.as_deref(), Some("llm_ttft"));
+    assert_eq!(stage(&a, Stage::LlmTtft).0, Outcome::Timeout);
+    assert!(a.queued >= Some(3_900 * MS), "{:?}", a.queued);
+    assert!(g.requests().is_empty(), "it never reached the backend");
+    assert_eq!(
+        b.stats.estimates(),
+        before,
+        "the prefill estimate did not move"
+    );
+    assert_eq!(
+        b.breaker.state(),
+        BreakerState::Closed,
+        "queueing is not a backend failure"
+    );
+}
+
+/// A first token later than the primary backend's p95 sends the request to
+/// a second backend with a free slot; the first first token wins and the
+/// other generation is dropped.
+#[tokio::test(start_paused = true)]
+async fn a_slow_first_token_is_hedged_on_another_backend() {
+    let slow = Arc::new(ScriptedGenerator::new(Script::tokens(
+        3,
+        3_000 * MS,
+        10 * MS,
+    )));
+    let fast = Arc::new(ScriptedGenerator::new(Script::tokens(3, 100 * MS, 10 * MS)));
+    // The slow one is preferred (weight) and has shown 150 ms first tokens.
+    let a = backend("slow", slow.clone(), 2, 10.0);
+    let b = backend("fast", fast.clone(), 2, 1.0);
+    for _ in 0..10 {
+        a.record_ttft(150 * MS);
+    }
+    let hedge = HedgePolicy {
+        share: 1.0,
+        ..HedgePolicy::default()
+    };
+    let w = World::new(vec![a.clone(), b.clone()], hedge);
+    let ans = w.ask(input("insulin", 0)).await;
+    assert!(!ans.partial, "{:?}", ans.report);
+    assert!(ans.hedged);
+    assert_eq!(ans.backend.as_deref(), Some("fast"));
+    // Hedged at the floor (200 ms > the 150 ms p95), first token 100 ms later.
+    assert_eq!(stage(&ans, Stage::LlmTtft).1, 300);
+    assert_eq!((slow.requests().len(), fast.requests().len()), (1, 1));
+    assert_eq!(a.gate.state().busy, 0, "the loser's slot was given back");
+    assert_eq!(w.backends.hedge_counts(), (1, 1));
+
+    // At share 0, never (fresh backends: the fast one has now shown its
+    // speed, and the router would prefer it).
+    let a = backend("slow", slow.clone(), 2, 10.0);
+    let b = backend("fast", fast.clone(), 2, 1.0);
+    let w = World::new(
+        vec![a.clone(), b.clone()],
+        HedgePolicy {
+            share: 0.0,
+            ..hedge
+        },
+    );
+    let ans = w.ask(input("insulin", 0)).await;
+    assert!(!ans.hedged);
+    assert_eq!(ans.partial_reason.as_deref(), Some("llm_ttft"));
+}
+
+/// A backend that fails.
+struct Broken;
+
+#[async_trait]
+impl Generator for Broken {
+    fn address(&self) -> &str {
+        "broken"
+    }
+
+    async fn generate(&self, _: GenRequest) -> Result<TokenStream, StageError> {
+        Err(StageError::Backend("connection refused".into()))
+    }
+}
+
+/// A backend that fails fast gives way to another within the same request,
+/// and after three failures in a row its breaker opens: it gets no more
+/// requests until the cool-down.
+#[tokio::test(start_paused = true)]
+async fn a_failing_backend_gives_way_and_its_breaker_opens() {
+    let ok = Arc::new(ScriptedGenerator::new(Script::tokens(3, 100 * MS, 10 * MS)));
+    let bad = backend("broken", Arc::new(Broken), 2, 10.0);
+    let good = backend("good", ok.clone(), 2, 1.0);
+    let w = World::new(vec![bad.clone(), good.clone()], HedgePolicy::default());
+    for i in 0..3 {
+        let a = w.ask(input("insulin", 0)).await;
+        assert!(!a.partial, "request {i} failed over: {:?}", a.report);
+        assert_eq!(a.backend.as_deref(), Some("good"));
+    }
+    assert_eq!(bad.breaker.state(), BreakerState::Open);
+    let a = w.ask(input("insulin", 0)).await;
+    assert_eq!(a.backend.as_deref(), Some("good"));
+    assert_eq!(ok.requests().len(), 4);
+
+    // Only broken backends: an extractive answer, reason llm_error.
+    let w = World::new(
+        vec![backend("b2", Arc::new(Broken), 1, 1.0)],
+        HedgePolicy::default(),
+    );
+    let a = w.ask(input("insulin", 0)).await;
+    assert_eq!(a.partial_reason.as_deref(), Some("llm_error"));
+    assert!(a.text.starts_with("The model could not answer in time"));
+}
+
+/// A stream that ends before the backend said it was done is a failure:
+/// what was streamed stands, the answer is `llm_error`, and nothing is
+/// learned from it.
+#[tokio::test(start_paused = true)]
+async fn a_broken_stream_is_an_llm_error_and_teaches_nothing() {
+    let g = Arc::new(ScriptedGenerator::new(
+        Script::tokens(4, 100 * MS, 10 * MS).ending(End::Break),
+    ));
+    let b = backend("one", g, 2, 1.0);
+    let w = World::new(vec![b.clone()], HedgePolicy::default());
+    let a = w.ask(input("insulin", 0)).await;
+    assert_eq!(a.text, "tok0 tok1 tok2 tok3 ");
+    assert_eq!(a.partial_reason.as_deref(), Some("llm_error"));
+    assert_eq!(a.finish_reason, "length");
+    assert_eq!(stage(&a, Stage::LlmGenerate).0, Outcome::Partial);
+    assert_eq!(b.stats.estimates().observations, 0);
+}

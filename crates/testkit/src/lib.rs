@@ -1,0 +1,403 @@
+//! Stages for tests, behind the same traits as the real ones. Every delay
+//! is a `tokio::time::sleep`, so tests on paused time (`start_paused`) run
+//! them in no real time and measure them exactly.
+//!
+//! - [`HashEmbedder`]: deterministic vectors from hashed words (texts that
+//!   share words are close), for tests that need an embedder but not the
+//!   model's semantics;
+//! - [`MemoryRetriever`]: a handful of chunks, dense by cosine of
+//!   [`HashEmbedder`] vectors, lexical by shared words, with the real
+//!   metadata filters;
+//! - [`SlowReranker`]: word-overlap scores, a fixed time per call;
+//! - [`ScriptedGenerator`]: a backend that streams a script (first token
+//!   after a delay, tokens a gap apart, then done, a stall or a break).
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use ragtime_core::{
+    Cancel, Chunk, Embedder, Filter, GenEvent, GenRequest, Generator, Hit, Reranker, Retriever,
+    StageError, TokenStream, Usage,
+};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+fn words(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect()
+}
+
+/// FNV-1a of a word: the same word always lands on the same dimensions.
+fn hash(word: &str) -> u64 {
+    word.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Unit vectors of `dim` dimensions: each word adds ±1 on two dimensions
+/// picked by its hash. Texts that share words have a positive cosine;
+/// the same text always gets the same vector.
+#[derive(Debug, Clone)]
+pub struct HashEmbedder {
+    dim: usize,
+    delay: Duration,
+}
+
+impl HashEmbedder {
+    pub fn new(dim: usize) -> Self {
+        Self {
+            dim: dim.max(2),
+            delay: Duration::ZERO,
+        }
+    }
+
+    /// Every call takes `delay` first.
+    pub fn with_delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    pub fn vector(&self, text: &str) -> Vec<f32> {
+        let mut v = vec![0f32; self.dim];
+        for w in words(text) {
+            let h = hash(&w);
+            let (a, b) = (
+                (h % self.dim as u64) as usize,
+                ((h >> 32) % self.dim as u64) as usize,
+            );
+            v[a] += if h & 1 == 0 { 1.0 } else { -1.0 };
+            v[b] += if h & 2 == 0 { 1.0 } else { -1.0 };
+        }
+        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        if norm > 0.0 {
+            v.iter_mut().for_each(|x| *x /= norm);
+        } else {
+            v[0] = 1.0;
+        }
+        v
+    }
+
+    async fn wait(&self, cancel: &Cancel) -> Result<(), StageError> {
+        tokio::time::sleep(self.delay).await;
+        if cancel.is_cancelled() {
+            return Err(StageError::Cancelled);
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Embedder for HashEmbedder {
+    fn dim(&self) -> usize {
+        self.dim
+    }
+
+    async fn embed_query(&self, text: &str, cancel: Cancel) -> Result<Arc<Vec<f32>>, StageError> {
+        if text.trim().is_empty() {
+            return Err(StageError::InvalidInput("query is empty".into()));
+        }
+        self.wait(&cancel).await?;
+        Ok(Arc::new(self.vector(text)))
+    }
+
+    async fn embed_texts(
+        &self,
+        texts: Vec<String>,
+        cancel: Cancel,
+    ) -> Result<Vec<Vec<f32>>, StageError> {
+        self.wait(&cancel).await?;
+        Ok(texts.iter().map(|t| self.vector(t)).collect())
+    }
+
+    async fn embed_passages(
+        &self,
+        texts: Vec<String>,
+        cancel: Cancel,
+    ) -> Result<Vec<Vec<f32>>, StageError> {
+        self.embed_texts(texts, cancel).await
+    }
+}
+
+/// A chunk for tests: document `doc`, chunk id `id`.
+pub fn chunk(id: i64, doc: &str, title: &str, text: &str, metadata: serde_json::Value) -> Chunk {
+    Chunk {
+        chunk_id: id,
+        document_id: id,
+        external_id: doc.to_owned(),
+        position: 0,
+        title: title.to_owned(),
+        metadata: Arc::new(metadata),
+        text: text.to_owned(),
+    }
+}
+
+/// How long a [`MemoryRetriever`] side takes, and whether it fails.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Side {
+    pub delay: Duration,
+    pub fail: bool,
+}
+
+/// Chunks in memory, searched by [`HashEmbedder`] cosine (dense) and by
+/// words shared with the query (lexical).
+pub struct MemoryRetriever {
+    chunks: Vec<(Arc<Chunk>, Vec<f32>)>,
+    pub dense: Side,
+    pub lexical: Side,
+}
+
+impl MemoryRetriever {
+    pub fn new(embedder: &HashEmbedder, chunks: Vec<Chunk>) -> Self {
+        let chunks = chunks
+            .into_iter()
+            .map(|c| {
+                let v = embedder.vector(&format!("{}\n{}", c.title, c.text));
+                (Arc::new(c), v)
+            })
+            .collect();
+        Self {
+            chunks,
+            dense: Side::default(),
+            lexical: Side::default(),
+        }
+    }
+
+    fn ranked(&self, k: usize, filter: &Filter, score: impl Fn(&Chunk, &[f32]) -> f32) -> Vec<Hit> {
+        let mut hits: Vec<Hit> = self
+            .chunks
+            .iter()
+            .filter(|(c, _)| filter.matches(&c.metadata))
+            .map(|(c, v)| Hit {
+                chunk_id: c.chunk_id,
+                score: score(c, v),
+            })
+            .filter(|h| h.score > 0.0)
+            .collect();
+        hits.sort_by(|a, b| {
+            b.score
+                .total_cmp(&a.score)
+                .then(a.chunk_id.cmp(&b.chunk_id))
+        });
+        hits.truncate(k);
+        hits
+    }
+}
+
+async fn side(s: Side, cancel: &Cancel) -> Result<(), StageError> {
+    tokio::time::sleep(s.delay).await;
+    if s.fail {
+        return Err(StageError::Backend("index failed (on purpose)".into()));
+    }
+    if cancel.is_cancelled() {
+        return Err(StageError::Cancelled);
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl Retriever for MemoryRetriever {
+    async fn dense(
+        &self,
+        vector: Arc<Vec<f32>>,
+        k: usize,
+        filter: &Filter,
+        cancel: Cancel,
+    ) -> Result<Vec<Hit>, StageError> {
+        side(self.dense, &cancel).await?;
+        Ok(self.ranked(k, filter, |_, v| {
+            v.iter().zip(vector.iter()).map(|(a, b)| a * b).sum::<f32>() + 1.0
+        }))
+    }
+
+    async fn lexical(
+        &self,
+        query: &str,
+        k: usize,
+        filter: &Filter,
+        cancel: Cancel,
+    ) -> Result<Vec<Hit>, StageError> {
+        side(self.lexical, &cancel).await?;
+        let q: HashSet<String> = words(query).into_iter().collect();
+        Ok(self.ranked(k, filter, |c, _| {
+            let text = format!("{} {}", c.title, c.text);
+            words(&text).iter().filter(|w| q.contains(*w)).count() as f32
+        }))
+    }
+
+    fn chunk(&self, id: i64) -> Option<Arc<Chunk>> {
+        self.chunks
+            .iter()
+            .find(|(c, _)| c.chunk_id == id)
+            .map(|(c, _)| c.clone())
+    }
+}
+
+/// Scores each passage by the share of query words it holds; every call
+/// (one batch) takes `per_call`.
+pub struct SlowReranker {
+    pub per_call: Duration,
+    calls: Mutex<usize>,
+}
+
+impl SlowReranker {
+    pub fn new(per_call: Duration) -> Self {
+        Self {
+            per_call,
+            calls: Mutex::new(0),
+        }
+    }
+
+    /// Calls started so far.
+    pub fn calls(&self) -> usize {
+        *self.calls.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[async_trait]
+impl Reranker for SlowReranker {
+    async fn score(
+        &self,
+        query: &str,
+        passages: Vec<String>,
+        cancel: Cancel,
+    ) -> Result<Vec<f32>, StageError> {
+        *self.calls.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+        tokio::time::sleep(self.per_call).await;
+        if cancel.is_cancelled() {
+            return Err(StageError::Cancelled);
+        }
+        let q: HashSet<String> = words(query).into_iter().collect();
+        Ok(passages
+            .iter()
+            .map(|p| {
+                let w = words(p);
+                w.iter().filter(|x| q.contains(*x)).count() as f32 / w.len().max(1) as f32
+            })
+            .collect())
+    }
+}
+
+/// How a scripted stream ends.
+#[derive(Debug, Clone, PartialEq)]
+pub enum End {
+    /// A finish reason, usage and `[DONE]`.
+    Done(&'static str),
+    /// Nothing more, for an hour.
+    Stall,
+    /// The stream ends without a finish reason (a reset connection).
+    Break,
+}
+
+/// What a [`ScriptedGenerator`] does on each request.
+#[derive(Debug, Clone)]
+pub struct Script {
+    /// Before the first token.
+    pub ttft: Duration,
+    pub tokens: Vec<String>,
+    /// Between tokens.
+    pub gap: Duration,
+    pub end: End,
+}
+
+impl Script {
+    /// `n` tokens (`tok0 tok1 …`), the first after `ttft`, then `gap` apart.
+    pub fn tokens(n: usize, ttft: Duration, gap: Duration) -> Self {
+        Self {
+            ttft,
+            tokens: (0..n).map(|i| format!("tok{i} ")).collect(),
+            gap,
+            end: End::Done("stop"),
+        }
+    }
+
+    pub fn ending(mut self, end: End) -> Self {
+        self.end = end;
+        self
+    }
+}
+
+/// A backend that plays a [`Script`] and keeps every request it got.
+pub struct ScriptedGenerator {
+    script: Script,
+    seen: Arc<Mutex<Vec<GenRequest>>>,
+}
+
+impl ScriptedGenerator {
+    pub fn new(script: Script) -> Self {
+        Self {
+            script,
+            seen: Arc::default(),
+        }
+    }
+
+    pub fn requests(&self) -> Vec<GenRequest> {
+        self.seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+#[async_trait]
+impl Generator for ScriptedGenerator {
+    fn address(&self) -> &str {
+        "scripted"
+    }
+
+    async fn generate(&self, request: GenRequest) -> Result<TokenStream, StageError> {
+        self.seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(request);
+        let s = self.script.clone();
+        let n = s.tokens.len() as u32;
+        let mut events: Vec<(Duration, Result<GenEvent, StageError>)> = s
+            .tokens
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| (if i == 0 { s.ttft } else { s.gap }, Ok(GenEvent::Delta(t))))
+            .collect();
+        match s.end {
+            End::Done(reason) => {
+                events.push((s.gap, Ok(GenEvent::Finish(reason.into()))));
+                let usage = Usage {
+                    prompt_tokens: 100,
+                    completion_tokens: n,
+                };
+                events.push((Duration::ZERO, Ok(GenEvent::Usage(usage))));
+            }
+            End::Stall => events.push((
+                Duration::from_secs(3600),
+                Err(StageError::Backend("stalled".into())),
+            )),
+            End::Break => events.push((
+                s.gap,
+                Err(StageError::Backend("the stream ended before [DONE]".into())),
+            )),
+        }
+        Ok(futures::stream::iter(events)
+            .then(|(wait, ev)| async move {
+                tokio::time::sleep(wait).await;
+                ev
+            })
+            .boxed())
+    }
+}
+
+/// The value of `var`, which a test that needs `what` (PostgreSQL, the
+/// shared data, Chromium, …) reads its location from. Such tests are
+/// `#[ignore = "needs …"]` (a plain `cargo test` skips and lists them);
+/// `make test` runs them with `--include-ignored` where the resource is
+/// there. Run without it, the test fails saying so: it never passes
+/// without having run.
+pub fn need(var: &str, what: &str) -> String {
+    match std::env::var(var) {
+        Ok(v) if !v.trim().is_empty() => v,
+        _ => panic!(
+            "this test needs {what}: set {var} (`make test` sets it when {what} is available, \
+             and skips the test, saying so, when it is not)"
+        ),
+    }
+}

@@ -1,0 +1,285 @@
+//! `Application::build` opens the store, starts the LLM backend, starts
+//! loading the models and binds the listener; `run_until_stopped` serves.
+
+use crate::config::{Config, LogFormatSetting};
+use crate::error::{ApiError, ErrorCode};
+use crate::loader::{self, Overrides};
+use crate::routes;
+use crate::state::AppState;
+use anyhow::Context;
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use ragtime_llm::{LlmClient, LocalServer, LocalServerOptions};
+use ragtime_pipeline::backend::breaker::Breaker;
+use ragtime_pipeline::backend::{Backend, BackendSpec, Backends, HedgePolicy};
+use ragtime_store::Store;
+use std::future::Future;
+use std::io::IsTerminal;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
+
+pub struct Application {
+    listener: TcpListener,
+    state: Arc<AppState>,
+    router: Router,
+}
+
+/// Sets up logging, and span export when an OTLP endpoint is configured
+/// (once per process). Keep the guard; its `shutdown` flushes the spans.
+pub fn init_telemetry(config: &Config) -> ragtime_telemetry::Telemetry {
+    let format = match config.telemetry.log_format {
+        LogFormatSetting::Json => ragtime_telemetry::LogFormat::Json,
+        LogFormatSetting::Pretty => ragtime_telemetry::LogFormat::Pretty,
+        LogFormatSetting::Auto if std::io::stderr().is_terminal() => {
+            ragtime_telemetry::LogFormat::Pretty
+        }
+        LogFormatSetting::Auto => ragtime_telemetry::LogFormat::Json,
+    };
+    let otlp = config
+        .telemetry
+        .otlp_endpoint
+        .as_ref()
+        .map(|endpoint| ragtime_telemetry::Otlp {
+            endpoint: endpoint.clone(),
+            protocol: ragtime_telemetry::OtlpProtocol::parse(&config.telemetry.otlp_protocol)
+                .unwrap_or(ragtime_telemetry::OtlpProtocol::Grpc),
+        });
+    ragtime_telemetry::init(format, otlp.as_ref())
+}
+
+/// A backend's client and how it is set up.
+type Spec = (LlmClient, BackendSpec);
+
+/// The configured backends, or the local llama-server started for them.
+fn llm_backends(config: &Config) -> anyhow::Result<(Vec<Spec>, Option<LocalServer>)> {
+    let l = &config.llm;
+    let api_key = l.api_key.as_ref().map(|s| s.expose().to_owned());
+    let spec = |url: &str, model: &str, slots: usize, weight: f64, ctx: u32| {
+        let client = LlmClient::new(url, api_key.clone());
+        let spec = BackendSpec {
+            name: client.base_url().to_owned(),
+            model: model.to_owned(),
+            slots,
+            max_queue: l.max_queue,
+            weight,
+            context_tokens: ctx as usize,
+        };
+        (client, spec)
+    };
+    if !l.backends.is_empty() {
+        let list = l.backends.iter().map(|b| {
+            let model = b.model.as_deref().unwrap_or(&l.model);
+            spec(
+                &b.base_url,
+                model,
+                b.max_concurrency,
+                b.weight,
+                b.ctx_size.unwrap_or(l.ctx_size),
+            )
+        });
+        return Ok((list.collect(), None));
+    }
+    if let Some(url) = &l.base_url {
+        return Ok((
+            vec![spec(url, &l.model, l.max_concurrency, 1.0, l.ctx_size)],
+            None,
+        ));
+    }
+    let server = LocalServer::start(LocalServerOptions {
+        binary: l.server_bin.clone(),
+        model: l.model_path.clone(),
+        alias: l.model.clone(),
+        ctx_size: l.ctx_size,
+        threads: l.threads,
+        parallel: l.parallel,
+        port: 0,
+    })
+    .map_err(anyhow::Error::msg)
+    .context("cannot start the local LLM (set RAGTIME__LLM__BASE_URL to use another backend)")?;
+    // llama-server splits its context window over its slots.
+    let per_slot = l.ctx_size / l.parallel.max(1);
+    let one = spec(
+        &server.base_url(),
+        &l.model,
+        l.parallel as usize,
+        1.0,
+        per_slot,
+    );
+    Ok((vec![one], Some(server)))
+}
+
+/// The backends with their gates and breakers, probed for health.
+fn backends(config: &Config, specs: &[Spec]) -> Arc<Backends> {
+    let l = &config.llm;
+    let list = specs
+        .iter()
+        .map(|(client, spec)| {
+            let breaker = Breaker::new(
+                l.breaker.failures,
+                Duration::from_millis(l.breaker.cooldown_ms),
+            );
+            Backend::new(spec.clone(), Arc::new(client.clone()), breaker)
+        })
+        .collect();
+    let hedge = HedgePolicy {
+        enabled: l.hedge.enabled,
+        share: l.hedge.share,
+        floor: Duration::from_millis(l.hedge.floor_ms),
+        cap: Duration::from_millis(l.hedge.cap_ms),
+    };
+    let backends = Arc::new(Backends::new(list, hedge));
+    if l.probe_ms > 0 {
+        backends.probe(Duration::from_millis(l.probe_ms));
+    }
+    backends
+}
+
+impl Application {
+    pub async fn build(config: Config) -> anyhow::Result<Application> {
+        Self::build_with(config, Overrides::default()).await
+    }
+
+    /// As [`Application::build`], with some stages provided by the caller.
+    pub async fn build_with(config: Config, overrides: Overrides) -> anyhow::Result<Application> {
+        config.validate()?;
+        let store = open_store(&config).await?;
+        let (specs, local) = llm_backends(&config)?;
+        let backends = backends(&config, &specs);
+        // Fail fast on missing model files; load and warm up in the
+        // background so the process answers /healthz at once and /readyz
+        // when warm.
+        loader::check_files(&config, &overrides)?;
+        let listener = TcpListener::bind(config.server.addr)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.server.addr))?;
+        let body_limit = config.server.body_limit_bytes;
+        let llm = specs.into_iter().next().map(|(c, _)| c);
+        let llm = llm.ok_or_else(|| anyhow::anyhow!("no llm backend is configured"))?;
+        let state = Arc::new(AppState::new(config, store, llm, backends, local));
+        // Budgets changed at runtime survive restarts and reach every replica.
+        state.budgets.sync().await.map_err(anyhow::Error::msg)?;
+        state
+            .budgets
+            .sync_tenants()
+            .await
+            .map_err(anyhow::Error::msg)?;
+        state.budgets.follow(Duration::from_secs(1));
+        let loading = state.clone();
+        tokio::spawn(async move {
+            let res = loader::load(&loading, overrides).await;
+            if let Err(e) = &res {
+                tracing::error!(error = %e, "the retrieval engine failed to start");
+            }
+            loading.set_pipeline(res);
+        });
+        let router = routes::router(state.clone())
+            .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such route") })
+            .method_not_allowed_fallback(|| async {
+                ApiError::new(
+                    ErrorCode::MethodNotAllowed,
+                    "method not allowed on this route",
+                )
+            })
+            .layer(DefaultBodyLimit::max(body_limit))
+            .layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                crate::observe::observe,
+            ))
+            .layer(PropagateRequestIdLayer::x_request_id())
+            .layer(TraceLayer::new_for_http().make_span_with(crate::observe::request_span))
+            .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid));
+        Ok(Application {
+            listener,
+            state,
+            router,
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.listener.local_addr().map(|a| a.port()).unwrap_or(0)
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until SIGINT or SIGTERM, then drains and stops the LLM.
+    pub async fn run_until_stopped(self) -> anyhow::Result<()> {
+        self.run_until(shutdown_signal()).await
+    }
+
+    /// Serves until `signal` completes; in-flight requests get the
+    /// configured grace period to finish.
+    pub async fn run_until(
+        self,
+        signal: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let addr = self.listener.local_addr()?;
+        tracing::info!(%addr, "ragtime listening");
+        let grace = Duration::from_secs(self.state.config.server.shutdown_grace_s);
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        // No Nagle: streamed tokens leave as soon as they are written.
+        let listener = axum::serve::ListenerExt::tap_io(self.listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+        let serve = axum::serve(listener, self.router).with_graceful_shutdown(async move {
+            signal.await;
+            let _ = tx.send(());
+        });
+        let drained = async move {
+            let _ = rx.await;
+            tracing::info!(
+                grace_s = grace.as_secs(),
+                "shutting down: draining requests"
+            );
+            tokio::time::sleep(grace).await;
+        };
+        tokio::select! {
+            res = serve => res?,
+            () = drained => tracing::warn!("grace period over; dropping remaining requests"),
+        }
+        if let Some(server) = self.state.take_local_llm() {
+            server.shutdown().await;
+        }
+        self.state.store.close().await;
+        tracing::info!("ragtime stopped");
+        Ok(())
+    }
+}
+
+/// Creates the data folder and opens (and migrates) the store.
+pub async fn open_store(config: &Config) -> anyhow::Result<Store> {
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("cannot create data_dir {}", config.data_dir.display()))?;
+    let db_url = config.database_url();
+    Store::open(&db_url).await.with_context(|| {
+        format!(
+            "cannot open the store at {}",
+            ragtime_store::redact(&db_url)
+        )
+    })
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}

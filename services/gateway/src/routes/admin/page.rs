@@ -1,0 +1,6 @@
+//! `GET /admin`: the admin page (plain HTML and a little JavaScript, no
+//! external assets). It signs in with the admin key and uses the API.
+
+pub async fn page() -> axum::response::Html<&'static str> {
+    axum::response::Html(include_str!("page.html"))
+}

@@ -1,0 +1,105 @@
+//! `GET /admin/stats`: p50/p95/p99 per stage over the last five minutes,
+//! next to each stage's budget, and overrun and partial-answer rates.
+
+use crate::auth::Admin;
+use crate::error::ApiError;
+use crate::state::AppState;
+use axum::Json;
+use axum::extract::State;
+use ragtime_core::Stage;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+#[derive(Serialize)]
+pub struct StatsOut {
+    window_s: u64,
+    total_ms: u64,
+    stages: BTreeMap<&'static str, StageOut>,
+    rates: Rates,
+    llm: LlmOut,
+}
+
+/// The LLM backends and the degradation they cause.
+#[derive(Serialize)]
+struct LlmOut {
+    backends: Vec<ragtime_pipeline::backend::BackendStatus>,
+    /// The level a request arriving now would run at, and the levels.
+    load_level: usize,
+    levels: ragtime_pipeline::load::Levels,
+    hedged: u64,
+    requests: u64,
+}
+
+#[derive(Serialize)]
+struct StageOut {
+    budget_ms: u64,
+    count: usize,
+    p50_ms: Option<f64>,
+    p95_ms: Option<f64>,
+    p99_ms: Option<f64>,
+}
+
+#[derive(Serialize)]
+struct Rates {
+    /// Chat requests answered 200.
+    requests: u64,
+    partial_rate: Option<f64>,
+    overrun_rate: BTreeMap<&'static str, f64>,
+}
+
+pub async fn stats(
+    State(state): State<Arc<AppState>>,
+    _admin: Admin,
+) -> Result<Json<StatsOut>, ApiError> {
+    let budgets = state.budgets.global();
+    let m = &state.metrics;
+    let live = m.window.stats();
+    let stages = Stage::ALL
+        .iter()
+        .map(|s| {
+            let l = live.get(s);
+            let out = StageOut {
+                budget_ms: budgets.stage_ms(*s),
+                count: l.map_or(0, |l| l.count),
+                p50_ms: l.map(|l| l.p50_ms),
+                p95_ms: l.map(|l| l.p95_ms),
+                p99_ms: l.map(|l| l.p99_ms),
+            };
+            (s.name(), out)
+        })
+        .collect();
+    let t = m.totals();
+    let overrun_rate = t
+        .runs
+        .iter()
+        .map(|(s, runs)| {
+            let over = t
+                .overruns
+                .iter()
+                .find(|(o, _)| o == s)
+                .map_or(0, |(_, n)| *n);
+            (s.name(), over as f64 / (*runs).max(1) as f64)
+        })
+        .collect();
+    let (requests, hedged) = state.backends.hedge_counts();
+    let levels = state.config.load.levels.clone();
+    let llm = LlmOut {
+        backends: state.backends.status(),
+        load_level: levels.shape(state.backends.load()).level,
+        levels,
+        hedged,
+        requests,
+    };
+    Ok(Json(StatsOut {
+        llm,
+        window_s: m.window.window().as_secs(),
+        total_ms: budgets.total_ms,
+        stages,
+        rates: Rates {
+            requests: t.chat_ok,
+            partial_rate: (t.chat_ok > 0).then(|| t.partial as f64 / t.chat_ok as f64),
+            overrun_rate,
+        },
+    }))
+}

@@ -1,0 +1,153 @@
+//! A tenant's own budgets (`GET`/`PUT`/`DELETE
+//! /admin/tenants/{tenant}/budgets`) and its priority in the LLM queues
+//! (`GET`/`PUT`/`DELETE /admin/tenants/{tenant}/priority`).
+
+use crate::auth::Admin;
+use crate::error::{ApiError, ErrorCode};
+use crate::extract::ApiJson;
+use crate::routes::admin::keys::check_tenant;
+use crate::state::AppState;
+use axum::Json;
+use axum::extract::{Path, State};
+use ragtime_pipeline::budgets::{BudgetPatch, BudgetsDoc};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+#[derive(Serialize)]
+pub struct TenantBudgets {
+    #[serde(flatten)]
+    budgets: BudgetsDoc,
+    tenant: String,
+    /// Whether these are the tenant's own (or the global ones).
+    #[serde(rename = "override")]
+    own: bool,
+}
+
+#[derive(Serialize)]
+pub struct Removed {
+    tenant: String,
+    #[serde(rename = "override")]
+    own: bool,
+}
+
+fn doc(state: &AppState, tenant: String) -> TenantBudgets {
+    let p = state.budgets.for_tenant(&tenant);
+    TenantBudgets {
+        budgets: BudgetsDoc::new(&p, Some(state.budgets.versioned().1)),
+        own: state.budgets.has_own(&tenant),
+        tenant,
+    }
+}
+
+/// `GET`: the budgets the tenant's requests start with, and whether they
+/// are its own.
+pub async fn get(
+    State(state): State<Arc<AppState>>,
+    _: Admin,
+    Path(tenant): Path<String>,
+) -> Result<Json<TenantBudgets>, ApiError> {
+    check_tenant(&tenant)?;
+    Ok(Json(doc(&state, tenant)))
+}
+
+/// `PUT`: the tenant's own profile — the fields sent over the global
+/// budgets in force now (validated as `PATCH /admin/budgets` is).
+pub async fn put(
+    State(state): State<Arc<AppState>>,
+    _: Admin,
+    Path(tenant): Path<String>,
+    ApiJson(body): ApiJson<BudgetPatch>,
+) -> Result<Json<TenantBudgets>, ApiError> {
+    check_tenant(&tenant)?;
+    let p = body.apply(state.budgets.global())?;
+    state
+        .budgets
+        .set_tenant(&tenant, Some(p))
+        .await
+        .map_err(ApiError::internal)?;
+    tracing::info!(%tenant, "tenant budgets set through the admin api");
+    Ok(Json(doc(&state, tenant)))
+}
+
+/// `DELETE`: back to the global budgets.
+pub async fn delete(
+    State(state): State<Arc<AppState>>,
+    _: Admin,
+    Path(tenant): Path<String>,
+) -> Result<Json<Removed>, ApiError> {
+    check_tenant(&tenant)?;
+    if !state
+        .budgets
+        .set_tenant(&tenant, None)
+        .await
+        .map_err(ApiError::internal)?
+    {
+        let msg = format!("tenant {tenant:?} has no budgets of its own");
+        return Err(ApiError::new(ErrorCode::NotFound, msg).field("tenant"));
+    }
+    Ok(Json(Removed { tenant, own: false }))
+}
+
+/// `{"priority": 0–9}`: higher waits less for an LLM slot.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriorityIn {
+    priority: u8,
+}
+
+#[derive(Serialize)]
+pub struct Priority {
+    tenant: String,
+    priority: u8,
+}
+
+/// `GET`: the tenant's priority (0 unless set).
+pub async fn get_priority(
+    State(state): State<Arc<AppState>>,
+    _: Admin,
+    Path(tenant): Path<String>,
+) -> Result<Json<Priority>, ApiError> {
+    check_tenant(&tenant)?;
+    let priority = state.budgets.priority(&tenant);
+    Ok(Json(Priority { tenant, priority }))
+}
+
+/// `PUT {"priority": n}`: stored, followed by every replica.
+pub async fn put_priority(
+    State(state): State<Arc<AppState>>,
+    _: Admin,
+    Path(tenant): Path<String>,
+    ApiJson(body): ApiJson<PriorityIn>,
+) -> Result<Json<Priority>, ApiError> {
+    check_tenant(&tenant)?;
+    if body.priority > 9 {
+        return Err(ApiError::invalid("priority", "must be between 0 and 9"));
+    }
+    let set = state.budgets.set_priority(&tenant, Some(body.priority));
+    set.await.map_err(ApiError::internal)?;
+    tracing::info!(%tenant, priority = body.priority, "tenant priority set through the admin api");
+    let priority = state.budgets.priority(&tenant);
+    Ok(Json(Priority { tenant, priority }))
+}
+
+/// `DELETE`: back to priority 0.
+pub async fn delete_priority(
+    State(state): State<Arc<AppState>>,
+    _: Admin,
+    Path(tenant): Path<String>,
+) -> Result<Json<Priority>, ApiError> {
+    check_tenant(&tenant)?;
+    if !state
+        .budgets
+        .set_priority(&tenant, None)
+        .await
+        .map_err(ApiError::internal)?
+    {
+        let msg = format!("tenant {tenant:?} has no priority of its own");
+        return Err(ApiError::new(ErrorCode::NotFound, msg).field("tenant"));
+    }
+    Ok(Json(Priority {
+        tenant,
+        priority: 0,
+    }))
+}
