@@ -371,9 +371,11 @@ pub async fn load(data: &SciFact) {
     let slots = stats["llm"]["backends"][0]["slots"].as_u64().unwrap_or(2) as usize;
     // Warm the backend (and its learned speed), then measure capacity.
     let _ = closed_loop(&server.base, &qs, slots, Duration::from_secs(10)).await;
-    let before = server.prefill().await;
     let dur = Duration::from_secs(secs);
     let cap_answers = closed_loop(&server.base, &qs[50..], slots, dur).await;
+    // The estimate as learned at capacity, against which overload must not
+    // move it (queueing is not prefill).
+    let before = server.prefill().await;
     let capacity = goodput(&cap_answers, dur.as_secs_f64());
     println!(
         "\n## load: streamed chat against the embedded defaults ({docs} SciFact documents, {slots} llama-server slots, semantic cache off, max_tokens 96, {secs} s a level)"
@@ -394,7 +396,7 @@ pub async fn load(data: &SciFact) {
     }
     let after = server.prefill().await;
     println!(
-        "learned prefill before / after the run: {:.0} ms + {:.2} ms a prompt token / {:.0} ms + {:.2} ms a prompt token",
+        "learned prefill at capacity / after the overload levels: {:.0} ms + {:.2} ms a prompt token / {:.0} ms + {:.2} ms a prompt token",
         before.0, before.1, after.0, after.1
     );
     server.stop().await;

@@ -213,7 +213,9 @@ impl Generator for LlmClient {
     }
 
     async fn ping(&self) -> Result<(), String> {
-        self.check(std::time::Duration::from_millis(500))
+        // Longer than any prober waits: a slow answer is the prober's to
+        // judge; an error here means unreachable or refusing.
+        self.check(std::time::Duration::from_secs(10))
             .await
             .map(|_| ())
     }

@@ -37,10 +37,10 @@ impl Retriever for IndexRetriever {
         cancel: Cancel,
     ) -> Result<Vec<Hit>, StageError> {
         let (index, filter, query) = (self.0.clone(), filter.clone(), query.to_owned());
-        run_blocking(cancel, move |_| {
+        run_blocking(cancel, move |c| {
             let allowed = index.allowed(&filter);
             index
-                .lexical_search(&query, k, &allowed)
+                .lexical_search(&query, k, &allowed, c)
                 .map_err(|e| StageError::Backend(e.to_string()))
         })
         .await

@@ -352,3 +352,66 @@ async fn a_broken_stream_is_an_llm_error_and_teaches_nothing() {
     assert_eq!(stage(&a, Stage::LlmGenerate).0, Outcome::Partial);
     assert_eq!(b.stats.estimates().observations, 0);
 }
+
+/// A backend whose health probe is slow (busy) or refused (down).
+struct Probed {
+    slow: bool,
+}
+
+#[async_trait]
+impl Generator for Probed {
+    fn address(&self) -> &str {
+        "probed"
+    }
+
+    async fn generate(&self, _: GenRequest) -> Result<TokenStream, StageError> {
+        Err(StageError::Backend("unused".into()))
+    }
+
+    async fn ping(&self) -> Result<(), String> {
+        if self.slow {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            Ok(())
+        } else {
+            Err("connection refused".into())
+        }
+    }
+}
+
+/// The prober opens the breaker of a backend that refuses its probe within
+/// one period, and leaves a merely slow (busy) one alone.
+#[tokio::test(start_paused = true)]
+async fn a_refused_probe_opens_the_breaker_and_a_slow_one_does_not() {
+    let busy = backend("busy", Arc::new(Probed { slow: true }), 1, 1.0);
+    let down = backend("down", Arc::new(Probed { slow: false }), 1, 1.0);
+    let backends = Arc::new(Backends::new(
+        vec![busy.clone(), down.clone()],
+        HedgePolicy::default(),
+    ));
+    backends.probe(500 * MS);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(busy.breaker.state(), BreakerState::Closed);
+    assert_eq!(down.breaker.state(), BreakerState::Open);
+}
+
+/// A small model that repeats itself is stopped where the loop began:
+/// `degenerate`, the text before the loop stands, nothing learned.
+#[tokio::test(start_paused = true)]
+async fn a_looping_answer_is_stopped_where_the_loop_began() {
+    let line = "This is a custom build configuration file.\n";
+    let mut tokens = vec!["Mitochondria make ATP [1].\n".to_owned()];
+    tokens.extend(std::iter::repeat_n(line.to_owned(), 20));
+    let g = Arc::new(ScriptedGenerator::new(Script {
+        tokens,
+        ..Script::tokens(0, 100 * MS, 10 * MS)
+    }));
+    let b = backend("one", g, 2, 1.0);
+    let w = World::new(vec![b.clone()], HedgePolicy::default());
+    let a = w.ask(input("insulin", 0)).await;
+    assert_eq!(a.text, format!("Mitochondria make ATP [1].\n{line}"));
+    assert_eq!(a.partial_reason.as_deref(), Some("degenerate"));
+    assert!(a.partial);
+    assert_eq!(a.finish_reason, "stop");
+    assert_eq!(b.stats.estimates().observations, 0);
+    assert_eq!(b.gate.state().busy, 0, "the slot was given back");
+}

@@ -98,7 +98,7 @@ fn needs_shared_reranking_does_not_lower_ndcg_on_scifact_train() {
     let none = HashSet::new();
     for (qid, query) in data.queries.iter().step_by(STEP) {
         let hits: Vec<SearchHit> = index
-            .lexical_search(query, DEPTH, &allowed)
+            .lexical_search(query, DEPTH, &allowed, &Cancel::new())
             .expect("bm25")
             .into_iter()
             .filter_map(|h| {

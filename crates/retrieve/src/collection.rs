@@ -194,7 +194,8 @@ impl CollectionIndex {
         query: &str,
         k: usize,
         allowed: &Allowed,
+        cancel: &Cancel,
     ) -> Result<Vec<Hit>, IndexError> {
-        self.lexical.search(query, k, allowed)
+        self.lexical.search(query, k, allowed, cancel)
     }
 }

@@ -2,8 +2,9 @@
 
 use crate::collection::Allowed;
 use crate::{Chunk, Hit, IndexError};
+use ragtime_core::Cancel;
 use std::sync::{Mutex, PoisonError};
-use tantivy::collector::{FilterCollector, TopDocs};
+use tantivy::collector::{Collector, FilterCollector, SegmentCollector, TopDocs};
 use tantivy::query::QueryParser;
 use tantivy::schema::{
     FAST, Field, INDEXED, IndexRecordOption, STORED, Schema, TextFieldIndexing, TextOptions, Value,
@@ -72,8 +73,18 @@ impl Lexical {
         Ok(())
     }
 
-    pub fn search(&self, query: &str, k: usize, allowed: &Allowed) -> Result<Vec<Hit>, IndexError> {
-        if k == 0 || query.trim().is_empty() {
+    /// The `k` best chunks for `query` among the allowed ones. Once
+    /// `cancel` fires (its deadline passes) it stops collecting — checked
+    /// before each index segment and every few thousand matches — and
+    /// returns the best of what it had.
+    pub fn search(
+        &self,
+        query: &str,
+        k: usize,
+        allowed: &Allowed,
+        cancel: &Cancel,
+    ) -> Result<Vec<Hit>, IndexError> {
+        if k == 0 || query.trim().is_empty() || cancel.is_cancelled() {
             return Ok(Vec::new());
         }
         let parser = QueryParser::for_index(&self.index, vec![self.title, self.text]);
@@ -82,7 +93,7 @@ impl Lexical {
         let searcher = self.reader.searcher();
         let top = TopDocs::with_limit(k);
         let docs = match allowed {
-            Allowed::All => searcher.search(&q, &top.order_by_score())?,
+            Allowed::All => searcher.search(&q, &Stoppable::new(top.order_by_score(), cancel))?,
             Allowed::Only(set) => {
                 let set = set.clone();
                 let only = FilterCollector::new(
@@ -90,7 +101,7 @@ impl Lexical {
                     move |id: u64| set.binary_search(&(id as usize)).is_ok(),
                     top.order_by_score(),
                 );
-                searcher.search(&q, &only)?
+                searcher.search(&q, &Stoppable::new(only, cancel))?
             }
         };
         let mut hits = Vec::with_capacity(docs.len());
@@ -104,5 +115,82 @@ impl Lexical {
             }
         }
         Ok(hits)
+    }
+}
+
+/// A collector that stops taking documents once its request is cancelled.
+/// tantivy has no way to abort a search; this one skips the rest of the
+/// work it controls (every segment not yet begun, and the collection of
+/// matches in the current one).
+struct Stoppable<C> {
+    inner: C,
+    cancel: Cancel,
+}
+
+impl<C> Stoppable<C> {
+    fn new(inner: C, cancel: &Cancel) -> Self {
+        Self {
+            inner,
+            cancel: cancel.clone(),
+        }
+    }
+}
+
+/// Matches collected between two looks at the cancel flag.
+const CHECK_EVERY: u32 = 4096;
+
+impl<C: Collector> Collector for Stoppable<C> {
+    type Fruit = C::Fruit;
+    type Child = StoppableSegment<C::Child>;
+
+    fn for_segment(
+        &self,
+        ord: tantivy::SegmentOrdinal,
+        reader: &tantivy::SegmentReader,
+    ) -> tantivy::Result<Self::Child> {
+        Ok(StoppableSegment {
+            inner: self.inner.for_segment(ord, reader)?,
+            cancel: self.cancel.clone(),
+            seen: 0,
+            stopped: self.cancel.is_cancelled(),
+        })
+    }
+
+    fn requires_scoring(&self) -> bool {
+        self.inner.requires_scoring()
+    }
+
+    fn merge_fruits(
+        &self,
+        fruits: Vec<<Self::Child as SegmentCollector>::Fruit>,
+    ) -> tantivy::Result<Self::Fruit> {
+        self.inner.merge_fruits(fruits)
+    }
+}
+
+struct StoppableSegment<S> {
+    inner: S,
+    cancel: Cancel,
+    seen: u32,
+    stopped: bool,
+}
+
+impl<S: SegmentCollector> SegmentCollector for StoppableSegment<S> {
+    type Fruit = S::Fruit;
+
+    fn collect(&mut self, doc: tantivy::DocId, score: tantivy::Score) {
+        if self.stopped {
+            return;
+        }
+        self.seen += 1;
+        if self.seen.is_multiple_of(CHECK_EVERY) && self.cancel.is_cancelled() {
+            self.stopped = true;
+            return;
+        }
+        self.inner.collect(doc, score);
+    }
+
+    fn harvest(self) -> S::Fruit {
+        self.inner.harvest()
     }
 }

@@ -198,22 +198,32 @@ fn bm25_finds_stemmed_terms_and_honours_filters() {
     ])
     .expect("add");
     let hits = idx
-        .lexical_search("cell", 10, &Allowed::All)
+        .lexical_search("cell", 10, &Allowed::All, &Cancel::new())
         .expect("search");
     let ids: Vec<i64> = hits.iter().map(|h| h.chunk_id).collect();
     assert_eq!(ids.len(), 2, "stemming: cell ~ cells: {ids:?}");
     assert!(!ids.contains(&3));
     let recent = idx.allowed(&Filter::parse(&json!({"year": {"$gte": 2020}}), "f").expect("f"));
-    let hits = idx.lexical_search("cell", 10, &recent).expect("search");
+    let hits = idx
+        .lexical_search("cell", 10, &recent, &Cancel::new())
+        .expect("search");
     assert_eq!(hits.iter().map(|h| h.chunk_id).collect::<Vec<_>>(), [2]);
     // Query syntax in user text does not fail the search.
     assert!(
-        idx.lexical_search("cell AND (\"unbalanced", 10, &Allowed::All)
+        idx.lexical_search("cell AND (\"unbalanced", 10, &Allowed::All, &Cancel::new())
             .is_ok()
     );
     assert!(
-        idx.lexical_search("   ", 10, &Allowed::All)
+        idx.lexical_search("   ", 10, &Allowed::All, &Cancel::new())
             .expect("empty")
+            .is_empty()
+    );
+    // A search whose request was cancelled does no work and finds nothing.
+    let cancelled = Cancel::new();
+    cancelled.cancel();
+    assert!(
+        idx.lexical_search("cell", 10, &Allowed::All, &cancelled)
+            .expect("cancelled")
             .is_empty()
     );
 }
@@ -247,7 +257,7 @@ fn removed_chunks_never_come_back() {
         assert_eq!(hits.len(), 10);
     }
     let lex = idx
-        .lexical_search("common", 200, &Allowed::All)
+        .lexical_search("common", 200, &Allowed::All, &Cancel::new())
         .expect("lex");
     assert_eq!(lex.len(), 100);
     assert!(lex.iter().all(|h| h.chunk_id > 100));

@@ -9,9 +9,17 @@ use tokio::time::Instant;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
-    Closed { failures: u32 },
-    Open { until: Instant },
-    HalfOpen { probing: bool },
+    Closed {
+        failures: u32,
+    },
+    /// `unreachable`: opened by a failed health probe, not by requests.
+    Open {
+        until: Instant,
+        unreachable: bool,
+    },
+    HalfOpen {
+        probing: bool,
+    },
 }
 
 /// What the breaker shows (`/readyz`, `/metrics`, `/admin/stats`).
@@ -58,7 +66,7 @@ impl Breaker {
         let mut s = self.lock();
         match *s {
             State::Closed { .. } => true,
-            State::Open { until } if Instant::now() >= until => {
+            State::Open { until, .. } if Instant::now() >= until => {
                 *s = State::HalfOpen { probing: true };
                 true
             }
@@ -75,7 +83,7 @@ impl Breaker {
     pub fn is_available(&self) -> bool {
         match *self.lock() {
             State::Closed { .. } | State::HalfOpen { probing: false } => true,
-            State::Open { until } => Instant::now() >= until,
+            State::Open { until, .. } => Instant::now() >= until,
             State::HalfOpen { probing: true } => false,
         }
     }
@@ -93,6 +101,7 @@ impl Breaker {
             },
             _ => State::Open {
                 until: Instant::now() + self.cooldown,
+                unreachable: false,
             },
         };
     }
@@ -101,13 +110,30 @@ impl Breaker {
     pub fn trip(&self) {
         *self.lock() = State::Open {
             until: Instant::now() + self.cooldown,
+            unreachable: true,
         };
+    }
+
+    /// A health probe got through. That closes a breaker the probes opened
+    /// (the server is back: a restart, or the end of its start-up) at once,
+    /// and a half-open one; one opened by failing requests keeps its
+    /// cool-down, since a server can answer probes and still fail requests.
+    pub fn probed_ok(&self) {
+        let mut s = self.lock();
+        let close = match *s {
+            State::Open { unreachable, until } => unreachable || Instant::now() >= until,
+            State::HalfOpen { .. } => true,
+            State::Closed { .. } => false,
+        };
+        if close {
+            *s = State::Closed { failures: 0 };
+        }
     }
 
     pub fn state(&self) -> BreakerState {
         match *self.lock() {
             State::Closed { .. } => BreakerState::Closed,
-            State::Open { until } if Instant::now() >= until => BreakerState::HalfOpen,
+            State::Open { until, .. } if Instant::now() >= until => BreakerState::HalfOpen,
             State::Open { .. } => BreakerState::Open,
             State::HalfOpen { .. } => BreakerState::HalfOpen,
         }
@@ -152,6 +178,21 @@ mod tests {
             b.state(),
             BreakerState::Open,
             "a failed health probe opens it at once"
+        );
+        b.probed_ok();
+        assert_eq!(
+            b.state(),
+            BreakerState::Closed,
+            "and a probe that gets through closes it at once"
+        );
+        for _ in 0..3 {
+            b.failure();
+        }
+        b.probed_ok();
+        assert_eq!(
+            b.state(),
+            BreakerState::Open,
+            "failing requests keep their cool-down"
         );
     }
 }

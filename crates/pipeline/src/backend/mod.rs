@@ -81,6 +81,20 @@ impl Backend {
         Duration::from_secs_f64(ms.max(0.0) / 1000.0)
     }
 
+    /// How much slower than its learned speed the backend prefills a
+    /// request admitted now: the sequences running beside it share the
+    /// backend's compute (on a CPU server, threads; on a GPU, batch slots),
+    /// and another is likely to arrive during its prefill. So a prompt is
+    /// sized, and shedding decided, as if the busy slots and one more were
+    /// running beside it: 1 + min(busy + 1, slots − 1) / slots (1.5 always
+    /// for the local default's two slots; near 1 for an idle wide server).
+    pub fn contention(&self) -> f64 {
+        let g = self.gate.state();
+        let slots = g.slots.max(1);
+        let beside = (g.busy + 1).min(slots - 1);
+        1.0 + beside as f64 / slots as f64
+    }
+
     /// The wait a request arriving now expects before its first token.
     pub fn expected_wait(&self, prompt_tokens: usize) -> Duration {
         let g = self.gate.state();
@@ -199,6 +213,13 @@ impl Backends {
             .cloned()
     }
 
+    /// A health check of backend `name` got through (as a probe would).
+    pub fn reachable(&self, name: &str) {
+        if let Some(b) = self.list.iter().find(|b| b.name() == name) {
+            b.breaker.probed_ok();
+        }
+    }
+
     /// Counts a request that reached the LLM stages.
     pub fn count_request(&self) {
         self.requests.fetch_add(1, Ordering::Relaxed);
@@ -307,11 +328,15 @@ impl Backends {
             .collect()
     }
 
-    /// Probes every backend every `every` until `self` is dropped: a
-    /// failed probe opens its breaker at once; a successful one after the
-    /// cool-down closes it.
+    /// Probes every backend every `every` until `self` is dropped: a probe
+    /// that cannot connect or is refused opens its breaker at once; one that
+    /// gets through closes a breaker the probes opened at once (and one
+    /// opened by failing requests after its cool-down). A probe that is only
+    /// slow says nothing: a busy server answers slowly, and a hung one is
+    /// caught by its requests' own failures.
     pub fn probe(self: &Arc<Self>, every: Duration) {
         let me = Arc::downgrade(self);
+        let patience = every.max(Duration::from_secs(1));
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -321,20 +346,26 @@ impl Backends {
                     return;
                 };
                 for b in &bs.list {
-                    let ok = tokio::time::timeout(every, b.generator.ping())
-                        .await
-                        .is_ok_and(|r| r.is_ok());
-                    match (ok, b.breaker.state()) {
+                    let Ok(answer) = tokio::time::timeout(patience, b.generator.ping()).await
+                    else {
+                        continue;
+                    };
+                    match (answer.is_ok(), b.breaker.state()) {
                         (false, BreakerState::Open) => {}
                         (false, _) => {
                             tracing::warn!(backend = b.name(), "llm backend down: breaker open");
                             b.breaker.trip();
                         }
-                        (true, BreakerState::HalfOpen) => {
-                            tracing::info!(backend = b.name(), "llm backend back: breaker closed");
-                            b.breaker.success();
+                        (true, BreakerState::Closed) => {}
+                        (true, _) => {
+                            b.breaker.probed_ok();
+                            if b.breaker.state() == BreakerState::Closed {
+                                tracing::info!(
+                                    backend = b.name(),
+                                    "llm backend back: breaker closed"
+                                );
+                            }
                         }
-                        (true, _) => {}
                     }
                 }
             }

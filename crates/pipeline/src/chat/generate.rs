@@ -277,6 +277,8 @@ pub(super) struct Streamed {
     pub usage: Option<Usage>,
     /// Why the backend's stream failed, if it did (not the budget).
     pub error: Option<String>,
+    /// The model fell into a loop and was stopped where it began.
+    pub looped: bool,
 }
 
 /// `llm_generate`: streams the rest of the answer; what was streamed stands
@@ -298,6 +300,8 @@ pub(super) async fn rest(
         tokens: 1,
         ..Streamed::default()
     };
+    let mut guard = super::guard::LoopGuard::default();
+    let _ = guard.push(&first);
     let client_gone = !out.send(first).await;
     let st = &mut s;
     let run = budget
@@ -310,6 +314,19 @@ pub(super) async fn rest(
                 let ev = ev.inspect_err(|e| st.error = Some(e.to_string()))?;
                 match ev {
                     GenEvent::Delta(t) => {
+                        if let Some(at) = guard.push(&t) {
+                            // Stop (dropping the stream cancels the
+                            // backend's request); the loop's repeats
+                            // leave the stored answer.
+                            st.text.push_str(&t);
+                            st.text.truncate(at);
+                            st.looped = true;
+                            ctx.note(format!(
+                                "stopped a looping answer after {} tokens",
+                                st.tokens
+                            ));
+                            return Ok(Done::Full(()));
+                        }
                         st.text.push_str(&t);
                         st.tokens += 1;
                         if !out.send(t).await {

@@ -16,6 +16,7 @@
 
 mod extractive;
 mod generate;
+mod guard;
 mod prompt;
 
 pub use extractive::extractive_answer;
@@ -390,7 +391,15 @@ async fn reply(
         (a, b) => a.or(b),
     };
     let est = backend.stats.estimates();
-    let plan = PromptPlan::new(&est, ttft, generate, backend.spec.context_tokens, asked);
+    // Sized for the speed the backend will have while it is shared.
+    let contention = backend.contention();
+    let plan = PromptPlan::new(
+        &est,
+        ttft.div_f64(contention),
+        generate,
+        backend.spec.context_tokens,
+        asked,
+    );
     let prompt = plan.build(hits, &input.history, &input.query);
     out.sources(prompt.passages.iter().map(citation).collect())
         .await;
@@ -411,7 +420,7 @@ async fn reply(
     let ask = Ask {
         deadline: tokio::time::Instant::now() + ttft,
         priority: input.priority,
-        expected_ttft: backend.expected_ttft(prompt_tokens),
+        expected_ttft: backend.expected_ttft(prompt_tokens).mul_f64(contention),
     };
     if let Err(r) = backend.gate.preview(ask) {
         budget.skip(
@@ -491,7 +500,7 @@ async fn streamed(
     let ttft_after = started.ttft;
     let generate_started = Instant::now();
     let (run, s, backend) = generate::rest(budget, started, out).await;
-    if run.outcome == Outcome::Ok {
+    if run.outcome == Outcome::Ok && !s.looped {
         backend.stats.observe(Observation {
             prompt_chars: prompt.chars,
             prompt_tokens: s.usage.map_or(0, |u| u.prompt_tokens),
@@ -509,7 +518,11 @@ async fn streamed(
         citations: prompt.passages.iter().map(citation).collect(),
         finish_reason,
         usage: s.usage.unwrap_or_default(),
-        reason: s.error.as_ref().map(|_| "llm_error"),
+        reason: match (&s.error, s.looped) {
+            (Some(_), _) => Some("llm_error"),
+            (None, true) => Some("degenerate"),
+            (None, false) => None,
+        },
         backend: Some(backend.name().to_owned()),
         queued: Some(attempts.queued),
         hedged: attempts.hedged,

@@ -105,8 +105,14 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     // Ready when the first backend answers, or any backend's breaker is
     // closed (the others may be down: requests avoid them).
     let llm = async {
+        let checked = state.llm.check(Duration::from_secs(1)).await;
+        if checked.is_ok() {
+            // As good as a probe: a breaker the probes opened while the
+            // server was starting closes now, not at the next probe.
+            state.backends.reachable(state.llm.base_url());
+        }
         let backends = state.backends.status();
-        let models = match state.llm.check(Duration::from_secs(1)).await {
+        let models = match checked {
             Ok(m) => m,
             Err(e) if backends.len() < 2 => return Err(e),
             Err(e) => {

@@ -5,6 +5,10 @@ async fn healthz_answers_at_once_and_readyz_once_everything_is_warm() {
     let app = TestApp::builder()
         .real_embeddings()
         .local_llm()
+        .config(|c| {
+            c.llm.parallel = 2;
+            c.llm.ctx_size = 2048;
+        })
         .not_ready()
         .spawn()
         .await;
@@ -25,6 +29,15 @@ async fn healthz_answers_at_once_and_readyz_once_everything_is_warm() {
     assert_eq!(body["checks"]["llm"]["ok"], true);
     let models = body["checks"]["llm"]["models"].to_string();
     assert!(models.contains("smollm2-135m-instruct"), "{models}");
+    // llama-server splits its window over its slots: prompts are sized
+    // against one slot's share.
+    let local = &body["checks"]["llm"]["backends"][0];
+    assert_eq!(
+        (local["slots"].as_u64(), local["context_tokens"].as_u64()),
+        (Some(2), Some(1024)),
+        "{local}"
+    );
+    assert_eq!(local["breaker"], "closed");
     app.shutdown().await.expect("clean shutdown");
 }
 
