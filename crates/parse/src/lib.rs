@@ -30,14 +30,47 @@ fn utf8(name: &str, bytes: Vec<u8>) -> Result<String, FileError> {
 /// The file extensions this reads.
 pub const SUPPORTED: &str = ".txt, .md, .html, .htm, .pdf, .jsonl, .jsonl.gz";
 
+/// A document id from the path a file was given by: its folders kept
+/// (`guide/build-cache.html` and `reference/build-cache.html` are two
+/// documents), `/` as the separator, and no leading `/`, `.` or `..`
+/// segments (an id names a document, not a place on someone's disk).
+pub fn document_id(path: &str) -> String {
+    path.split(['/', '\\'])
+        .filter(|seg| !seg.is_empty() && *seg != "." && *seg != "..")
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// Whether this reads files named `name` (by extension).
+pub fn is_supported(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    [
+        ".jsonl.gz",
+        ".json.gz",
+        ".jsonl",
+        ".txt",
+        ".md",
+        ".markdown",
+        ".html",
+        ".htm",
+        ".pdf",
+    ]
+    .iter()
+    .any(|ext| lower.ends_with(ext))
+}
+
 /// Reads `bytes` named `name` into documents. Text formats become one
-/// document whose id is the file name; JSONL has one document per line.
+/// document whose id is the file's path as given ([`document_id`]); JSONL
+/// has one document per line.
 pub fn docs_from_file(name: &str, bytes: Vec<u8>) -> Result<Vec<IngestDoc>, FileError> {
     let lower = name.to_ascii_lowercase();
-    let base = name.rsplit(['/', '\\']).next().unwrap_or(name).to_owned();
+    let base = document_id(name);
     let one = |title: String, text: String| -> Result<Vec<IngestDoc>, FileError> {
         if text.trim().is_empty() {
             return Err(format!("{name}: no text found"));
+        }
+        if base.is_empty() {
+            return Err(format!("{name}: a file name is needed"));
         }
         Ok(vec![IngestDoc {
             id: base.clone(),
@@ -237,8 +270,16 @@ mod tests {
         .unwrap_or_default();
         assert_eq!(
             (d[0].id.as_str(), d[0].title.as_str()),
-            ("cells.md", "Cell biology")
+            ("notes/cells.md", "Cell biology"),
+            "the id keeps the folders given"
         );
+        for (given, id) in [
+            ("./guide/a.html", "guide/a.html"),
+            ("/srv/../docs//b.md", "srv/docs/b.md"),
+            ("win\\dir\\c.txt", "win/dir/c.txt"),
+        ] {
+            assert_eq!(document_id(given), id, "{given}");
+        }
         let d = docs_from_file(
             "a.jsonl",
             br#"{"_id":"1","title":"T","text":"x","metadata":{"y":1}}

@@ -2,7 +2,7 @@
 
 use crate::config::Config;
 use anyhow::Context;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Reads every file first (so a bad file writes nothing), then ingests in
 /// batches, printing progress and throughput.
@@ -18,7 +18,15 @@ pub async fn ingest_files(
         "--collection: must be 1 to 64 characters of letters, digits, '_', '-' or '.'"
     );
     let mut docs = Vec::new();
+    let mut listed = Vec::new();
     for f in files {
+        if f.is_dir() {
+            walk(f, &mut listed).with_context(|| format!("cannot list {}", f.display()))?;
+        } else {
+            listed.push(f.clone());
+        }
+    }
+    for f in &listed {
         let bytes = std::fs::read(f).with_context(|| format!("cannot read {}", f.display()))?;
         docs.extend(
             ragtime_parse::docs_from_file(&f.display().to_string(), bytes)
@@ -56,5 +64,26 @@ pub async fn ingest_files(
         "ingested {n_docs} documents into {collection:?} ({unchanged} unchanged, {n_chunks} chunks embedded) in {secs:.1} s: {:.0} chunks/s",
         n_chunks as f64 / secs.max(1e-9)
     );
+    Ok(())
+}
+
+/// The files under `dir` that ragtime reads (by extension), in name order,
+/// folders walked depth-first; hidden entries (`.git`, `.DS_Store`) skipped.
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()?;
+    entries.sort();
+    for p in entries {
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        if name.starts_with('.') {
+            continue;
+        }
+        if p.is_dir() {
+            walk(&p, out)?;
+        } else if ragtime_parse::is_supported(name) {
+            out.push(p);
+        }
+    }
     Ok(())
 }

@@ -21,9 +21,11 @@ enum Command {
         #[arg(long, short)]
         config: Option<PathBuf>,
     },
-    /// Ingest files into the store: BEIR-style .jsonl / .jsonl.gz (`_id`,
-    /// `title`, `text`, `metadata`), .txt, .md, .html, .pdf. A running
-    /// server sees the new documents after its next start.
+    /// Ingest files or folders (walked, every file of a known type) into
+    /// the store: BEIR-style .jsonl / .jsonl.gz (`_id`, `title`, `text`,
+    /// `metadata`), .txt, .md, .html, .pdf; a file's document id is its
+    /// path as given. A running server sees the new documents after its
+    /// next start.
     Ingest {
         #[arg(long, short)]
         config: Option<PathBuf>,

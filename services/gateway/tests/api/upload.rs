@@ -378,3 +378,99 @@ async fn a_crash_mid_ingest_loses_nothing_acknowledged_and_leaves_no_half_docume
         "the indexes hold exactly what the store holds"
     );
 }
+
+/// Two files with one name in two folders are two documents, through the
+/// upload route and through `ragtime ingest DIR` (which walks the folder,
+/// reading the file types it knows and skipping hidden entries).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn same_named_files_in_two_folders_stay_two_documents() {
+    let app = TestApp::builder().spawn().await;
+    let form = Form::new()
+        .part(
+            "file",
+            file(
+                "guide/build-cache.md",
+                b"# Build cache\nThe guide says to run the build twice.".to_vec(),
+            ),
+        )
+        .part(
+            "file",
+            file(
+                "./reference/build-cache.md",
+                b"# Build cache\nThe reference lists every cache key.".to_vec(),
+            ),
+        );
+    let r = app
+        .http
+        .post(app.url("/v1/documents"))
+        .multipart(form)
+        .send()
+        .await
+        .expect("upload");
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap_or_default());
+    for (id, says) in [
+        ("guide/build-cache.md", "run the build twice"),
+        ("reference/build-cache.md", "every cache key"),
+    ] {
+        let r = app
+            .http
+            .get(app.url(&format!("/v1/documents/{}", id.replace('/', "%2F"))))
+            .send()
+            .await
+            .expect("get");
+        assert_eq!(r.status(), 200, "{id}");
+        let doc: Value = r.json().await.expect("json");
+        assert!(doc["chunks"].to_string().contains(says), "{id}: {doc}");
+        assert_eq!(doc["metadata"]["source"], id);
+    }
+    app.shutdown().await.expect("shutdown");
+
+    let data = tempfile::tempdir().expect("data");
+    let dir = tempfile::tempdir().expect("files");
+    for (path, text) in [
+        ("docs/a/README.md", "# A\nAlpha explains the first module."),
+        ("docs/b/README.md", "# B\nBeta explains the second module."),
+        ("docs/.git/HEAD.md", "# hidden\nnot a document"),
+        ("docs/b/logo.png", "not text"),
+    ] {
+        let p = dir.path().join(path);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&p, text).expect("write");
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ragtime"))
+        .args(["ingest", "--collection", "site", "docs"])
+        .current_dir(dir.path())
+        .env("RAGTIME__DATA_DIR", data.path())
+        .env_remove("RAGTIME__DATABASE_URL")
+        .output()
+        .expect("run ragtime ingest");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("ingested 2 documents into \"site\""),
+        "{stdout}"
+    );
+    let app = TestApp::builder()
+        .real_embeddings()
+        .data_dir(data.path())
+        .spawn()
+        .await;
+    app.wait_ready().await;
+    for id in ["docs/a/README.md", "docs/b/README.md"] {
+        let r = app
+            .http
+            .get(app.url(&format!(
+                "/v1/documents/{}?collection=site",
+                id.replace('/', "%2F")
+            )))
+            .send()
+            .await
+            .expect("get");
+        assert_eq!(r.status(), 200, "{id}");
+    }
+    app.shutdown().await.expect("shutdown");
+}
