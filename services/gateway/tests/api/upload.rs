@@ -44,6 +44,16 @@ fn file(name: &str, bytes: Vec<u8>) -> Part {
     Part::bytes(bytes).file_name(name.to_owned())
 }
 
+/// `POST /v1/documents` with a multipart `form`.
+async fn upload(app: &TestApp, form: Form) -> reqwest::Response {
+    app.http
+        .post(app.url("/v1/documents"))
+        .multipart(form)
+        .send()
+        .await
+        .expect("upload")
+}
+
 async fn search_ids(app: &TestApp, body: Value) -> Vec<String> {
     ids(&app.search(body).await)
 }
@@ -58,13 +68,7 @@ async fn uploaded_files_of_every_type_become_searchable_documents() {
         .part("file", file("guide.md", b"# Photosynthesis\n\nChloroplasts turn light into sugar.".to_vec()))
         .part("file", file("page.html", b"<html><head><title>Volcanoes</title><script>var lava=1</script></head><body><p>Magma rises through the crust &amp; erupts.</p></body></html>".to_vec()))
         .part("file", file("paper.pdf", tiny_pdf("Tardigrades survive the vacuum of space.")));
-    let r = app
-        .http
-        .post(app.url("/v1/documents"))
-        .multipart(form)
-        .send()
-        .await
-        .expect("upload");
+    let r = upload(&app, form).await;
     assert_eq!(r.status(), 200);
     let body: Value = r.json().await.expect("json");
     assert_eq!(body["collection"], "uploads");
@@ -159,24 +163,12 @@ async fn bad_uploads_are_refused_and_write_nothing() {
         (Form::new().text("colour", "red"), 422, "colour"),
     ];
     for (form, status, field) in cases {
-        let r = app
-            .http
-            .post(app.url("/v1/documents"))
-            .multipart(form)
-            .send()
-            .await
-            .expect("upload");
+        let r = upload(&app, form).await;
         let (s, _, f, body) = error_of(r).await;
         assert_eq!((s, f.as_deref()), (status, Some(field)), "{body}");
     }
     let big = Form::new().part("file", file("big.txt", vec![b'a'; 200 * 1024]));
-    let r = app
-        .http
-        .post(app.url("/v1/documents"))
-        .multipart(big)
-        .send()
-        .await
-        .expect("upload");
+    let r = upload(&app, big).await;
     let (s, code, _, _) = error_of(r).await;
     assert_eq!((s, code.as_str()), (413, "payload_too_large"));
     let r = app
@@ -400,13 +392,7 @@ async fn same_named_files_in_two_folders_stay_two_documents() {
                 b"# Build cache\nThe reference lists every cache key.".to_vec(),
             ),
         );
-    let r = app
-        .http
-        .post(app.url("/v1/documents"))
-        .multipart(form)
-        .send()
-        .await
-        .expect("upload");
+    let r = upload(&app, form).await;
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap_or_default());
     for (id, says) in [
         ("guide/build-cache.md", "run the build twice"),
