@@ -188,10 +188,18 @@ const BLOCKS: &[&str] = &[
 ];
 
 /// Elements whose text is not shown.
-const HIDDEN: &[&str] = &["script", "style", "noscript", "template", "head", "title"];
+/// Never text: code and metadata, and the page chrome around the content
+/// (site navigation, footers).
+const HIDDEN: &[&str] = &[
+    "script", "style", "noscript", "template", "head", "title", "nav", "footer",
+];
 
-/// Visible text of an HTML page and its `<title>`: scripts, styles,
-/// comments and tags dropped, block elements on their own lines, entities
+/// Visible text of an HTML page and its `<title>`: the main content only
+/// when the page marks it (`<main>`, `role="main"`, else `<article>`);
+/// scripts, styles, navigation, footers, comments and tags dropped; block
+/// elements on their own lines; whitespace inside a block collapsed as a
+/// browser does (a sentence wrapped over two lines of the file stays one
+/// line of text), except in `<pre>`, whose lines are kept; entities
 /// decoded (by the HTML5 parser).
 pub fn html_text(html: &str) -> (Option<String>, String) {
     let doc = Html::parse_document(html);
@@ -208,8 +216,18 @@ pub fn html_text(html: &str) -> (Option<String>, String) {
             text.trim().to_owned()
         })
         .filter(|t| !t.is_empty());
+    let element = |pick: &dyn Fn(&scraper::node::Element) -> bool| {
+        doc.tree
+            .root()
+            .descendants()
+            .find(|n| matches!(n.value(), Node::Element(e) if pick(e)))
+    };
+    let content = element(&|e| e.name() == "main")
+        .or_else(|| element(&|e| e.attr("role") == Some("main")))
+        .or_else(|| element(&|e| e.name() == "article"))
+        .unwrap_or_else(|| doc.tree.root());
     let mut out = String::with_capacity(html.len() / 2);
-    let mut stack = vec![(doc.tree.root(), false)];
+    let mut stack = vec![(content, false)];
     // Depth-first, closing each block with a newline after its children.
     while let Some((node, closing)) = stack.pop() {
         match node.value() {
@@ -223,7 +241,26 @@ pub fn html_text(html: &str) -> (Option<String>, String) {
                 stack.push((node, true));
                 stack.extend(node.children().rev().map(|c| (c, false)));
             }
-            Node::Text(t) => out.push_str(t),
+            Node::Text(t)
+                if node
+                    .ancestors()
+                    .any(|a| matches!(a.value(), Node::Element(e) if e.name() == "pre")) =>
+            {
+                out.push_str(t)
+            }
+            Node::Text(t) => {
+                // HTML whitespace, line breaks included, is one space.
+                let mut words = t.split_whitespace().peekable();
+                if t.starts_with(char::is_whitespace) && words.peek().is_some() {
+                    out.push(' ');
+                }
+                while let Some(w) = words.next() {
+                    out.push_str(w);
+                    if words.peek().is_some() || t.ends_with(char::is_whitespace) {
+                        out.push(' ');
+                    }
+                }
+            }
             Node::Document | Node::Fragment => {
                 stack.extend(node.children().rev().map(|c| (c, false)));
             }
@@ -242,6 +279,17 @@ pub fn html_text(html: &str) -> (Option<String>, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn html_keeps_wrapped_sentences_whole_and_drops_the_chrome() {
+        let (_, text) = html_text(
+            "<html><body><nav><a href=/>Home</a> | Press \u{2190} or \u{2192} to navigate</nav>\n             <main><h1>cargo new</h1>\n<p>This also initializes a new git\n   repository by default. If you don't want it to do that, pass\n<code>--vcs none</code>.</p>\n             <pre><code>cargo new hello\ncd hello</code></pre></main>\n             <footer>Copyright the authors</footer></body></html>",
+        );
+        assert_eq!(
+            text,
+            "cargo new\nThis also initializes a new git repository by default. If you don't want it to do that, pass --vcs none.\ncargo new hello\ncd hello"
+        );
+    }
 
     #[test]
     fn html_keeps_visible_text_only() {
