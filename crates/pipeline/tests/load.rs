@@ -3,32 +3,21 @@
 //! wait, a queue timeout not mistaken for slow prefill), hedging, failover
 //! and circuit breakers, and broken streams.
 
+mod common;
+
 use async_trait::async_trait;
+use common::{MS, backend, chat_deps, profile};
 use ragtime_core::{GenRequest, Generator, Outcome, Scope, Stage, StageError, TokenStream};
-use ragtime_pipeline::backend::breaker::{Breaker, BreakerState};
-use ragtime_pipeline::backend::{Backend, BackendSpec, Backends, HedgePolicy};
+use ragtime_pipeline::RequestBudget;
+use ragtime_pipeline::backend::breaker::BreakerState;
+use ragtime_pipeline::backend::{Backend, Backends, HedgePolicy};
 use ragtime_pipeline::chat::{self, CHAT_PLAN, ChatAnswer, ChatDeps, ChatInput};
 use ragtime_pipeline::load::Levels;
-use ragtime_pipeline::{BudgetProfile, RequestBudget};
 use ragtime_testkit::{End, HashEmbedder, MemoryRetriever, Script, ScriptedGenerator, chunk};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
-
-const MS: Duration = Duration::from_millis(1);
-
-fn profile() -> BudgetProfile {
-    BudgetProfile {
-        total_ms: 10_000,
-        cache_ms: 20,
-        embed_ms: 100,
-        retrieve_ms: 100,
-        rerank_ms: 100,
-        llm_ttft_ms: 1_000,
-        llm_generate_ms: 2_000,
-    }
-}
 
 fn corpus(e: &HashEmbedder) -> MemoryRetriever {
     let chunks = (0..8)
@@ -44,18 +33,6 @@ fn corpus(e: &HashEmbedder) -> MemoryRetriever {
         })
         .collect();
     MemoryRetriever::new(e, chunks)
-}
-
-fn backend(name: &str, g: Arc<dyn Generator>, slots: usize, weight: f64) -> Arc<Backend> {
-    let spec = BackendSpec {
-        name: name.into(),
-        model: "m".into(),
-        slots,
-        max_queue: 64,
-        weight,
-        context_tokens: 4096,
-    };
-    Backend::new(spec, g, Breaker::new(3, Duration::from_secs(5)))
 }
 
 fn input(query: &str, priority: u8) -> ChatInput {
@@ -85,14 +62,7 @@ impl World {
     }
 
     async fn ask(&self, input: ChatInput) -> ChatAnswer {
-        let deps = ChatDeps {
-            embedder: &self.e,
-            retriever: &self.r,
-            reranker: None,
-            backends: &self.backends,
-            levels: &self.levels,
-            cache: None,
-        };
+        let deps = chat_deps(&self.e, &self.r, &self.backends, &self.levels, None);
         let (tx, mut rx) = mpsc::channel(256);
         let drain = tokio::spawn(async move { while rx.recv().await.is_some() {} });
         let budget = RequestBudget::start(&profile(), &CHAT_PLAN, None);

@@ -2,10 +2,12 @@
 //! pipeline, with fake stages on paused time: every figure is exact, and a
 //! slow machine cannot change an outcome.
 
+mod common;
+
+use common::{MS, backend, chat_deps, profile};
 use ragtime_cache::{CacheOptions, SemanticCache};
 use ragtime_core::{CachedAnswer, Filter, Message, Outcome, Scope, Stage};
-use ragtime_pipeline::backend::breaker::Breaker;
-use ragtime_pipeline::backend::{Backend, BackendSpec, Backends, HedgePolicy};
+use ragtime_pipeline::backend::{Backend, Backends, HedgePolicy};
 use ragtime_pipeline::chat::{self, CHAT_PLAN, ChatAnswer, ChatDeps, ChatEvent, ChatInput};
 use ragtime_pipeline::load::Levels;
 use ragtime_pipeline::rerank::RerankParams;
@@ -20,8 +22,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-
-const MS: Duration = Duration::from_millis(1);
 
 fn corpus(e: &HashEmbedder) -> MemoryRetriever {
     let topics = [
@@ -44,18 +44,6 @@ fn corpus(e: &HashEmbedder) -> MemoryRetriever {
         })
         .collect();
     MemoryRetriever::new(e, chunks)
-}
-
-fn profile() -> BudgetProfile {
-    BudgetProfile {
-        total_ms: 10_000,
-        cache_ms: 20,
-        embed_ms: 100,
-        retrieve_ms: 100,
-        rerank_ms: 100,
-        llm_ttft_ms: 1_000,
-        llm_generate_ms: 2_000,
-    }
 }
 
 fn request(query: &str, top_k: usize, mode: Mode) -> SearchRequest {
@@ -230,15 +218,7 @@ fn input(query: &str, history: Vec<Message>) -> ChatInput {
 
 /// One backend of `slots` slots on `g`.
 fn one_backend(g: Arc<ScriptedGenerator>, slots: usize) -> (Backends, Arc<Backend>) {
-    let spec = BackendSpec {
-        name: format!("scripted-{slots}"),
-        model: "m".into(),
-        slots,
-        max_queue: 64,
-        weight: 1.0,
-        context_tokens: 4096,
-    };
-    let b = Backend::new(spec, g, Breaker::new(3, Duration::from_secs(5)));
+    let b = backend(&format!("scripted-{slots}"), g, slots, 1.0);
     (Backends::new(vec![b.clone()], HedgePolicy::default()), b)
 }
 
@@ -291,14 +271,7 @@ async fn a_chat_streams_the_answer_and_a_paraphrase_is_answered_from_the_cache()
     let (backends, backend) = one_backend(g.clone(), 2);
     let levels = no_levels();
     let cache: SemanticCache<CachedAnswer> = SemanticCache::new(CacheOptions::default());
-    let deps = ChatDeps {
-        embedder: &e,
-        retriever: &r,
-        reranker: None,
-        backends: &backends,
-        levels: &levels,
-        cache: Some(&cache),
-    };
+    let deps = chat_deps(&e, &r, &backends, &levels, Some(&cache));
     let (a, text) = chat_turn(&deps, &input("What about autophagy?", vec![]), &profile()).await;
     assert_eq!(a.text, "tok0 tok1 tok2 tok3 tok4 ");
     assert_eq!(text, a.text, "every token was sent as it came");
@@ -362,14 +335,7 @@ async fn no_first_token_in_time_gives_the_extractive_answer_at_the_ttft_deadline
     )));
     let (backends, backend) = one_backend(g.clone(), 2);
     let levels = no_levels();
-    let deps = ChatDeps {
-        embedder: &e,
-        retriever: &r,
-        reranker: None,
-        backends: &backends,
-        levels: &levels,
-        cache: None,
-    };
+    let deps = chat_deps(&e, &r, &backends, &levels, None);
     let (a, text) = chat_turn(&deps, &input("insulin signalling", vec![]), &profile()).await;
     assert!(a.partial);
     assert_eq!(a.partial_reason.as_deref(), Some("llm_ttft"));
@@ -410,14 +376,7 @@ async fn generation_that_outlasts_its_budget_keeps_what_was_streamed() {
     ));
     let (backends, backend) = one_backend(g.clone(), 2);
     let levels = no_levels();
-    let deps = ChatDeps {
-        embedder: &e,
-        retriever: &r,
-        reranker: None,
-        backends: &backends,
-        levels: &levels,
-        cache: None,
-    };
+    let deps = chat_deps(&e, &r, &backends, &levels, None);
     let (a, text) = chat_turn(&deps, &input("sleep and memory", vec![]), &profile()).await;
     assert_eq!(a.text, "tok0 tok1 tok2 ");
     assert_eq!(text, a.text);

@@ -1,0 +1,61 @@
+//! What the pipeline's request tests share: the budget profile, scripted
+//! backends and the chat stages wired together.
+
+#![allow(dead_code)] // each test file uses its own part
+
+use ragtime_core::{Generator, ResponseCache};
+use ragtime_pipeline::BudgetProfile;
+use ragtime_pipeline::backend::breaker::Breaker;
+use ragtime_pipeline::backend::{Backend, BackendSpec, Backends};
+use ragtime_pipeline::chat::ChatDeps;
+use ragtime_pipeline::load::Levels;
+use ragtime_testkit::{HashEmbedder, MemoryRetriever};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub const MS: Duration = Duration::from_millis(1);
+
+/// 10 s in all; 1 s to the first token, 2 s to generate.
+pub fn profile() -> BudgetProfile {
+    BudgetProfile {
+        total_ms: 10_000,
+        cache_ms: 20,
+        embed_ms: 100,
+        retrieve_ms: 100,
+        rerank_ms: 100,
+        llm_ttft_ms: 1_000,
+        llm_generate_ms: 2_000,
+    }
+}
+
+/// A backend named `name` of `slots` slots on `g` (breaker: 3 failures,
+/// 5 s cool-down).
+pub fn backend(name: &str, g: Arc<dyn Generator>, slots: usize, weight: f64) -> Arc<Backend> {
+    let spec = BackendSpec {
+        name: name.into(),
+        model: "m".into(),
+        slots,
+        max_queue: 64,
+        weight,
+        context_tokens: 4096,
+    };
+    Backend::new(spec, g, Breaker::new(3, Duration::from_secs(5)))
+}
+
+/// The chat stages without a reranker.
+pub fn chat_deps<'a>(
+    embedder: &'a HashEmbedder,
+    retriever: &'a MemoryRetriever,
+    backends: &'a Backends,
+    levels: &'a Levels,
+    cache: Option<&'a dyn ResponseCache>,
+) -> ChatDeps<'a> {
+    ChatDeps {
+        embedder,
+        retriever,
+        reranker: None,
+        backends,
+        levels,
+        cache,
+    }
+}
