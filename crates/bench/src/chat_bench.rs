@@ -11,7 +11,6 @@ use crate::stats::pct;
 use crate::{cache, env_usize};
 use ragtime_cache::CacheOptions;
 use ragtime_cache::SemanticCache;
-use ragtime_core::Filter;
 use ragtime_core::{CachedAnswer, Scope};
 use ragtime_llm::{LlmClient, LocalServer, LocalServerOptions};
 use ragtime_pipeline::backend::breaker::Breaker;
@@ -87,22 +86,18 @@ pub async fn chat_bench(rag: &Rag, data: &SciFact) {
         cache: Some(&answers),
     };
     let profile = BudgetProfile::cpu();
-    let ask = |q: &str| ChatInput {
-        query: q.to_owned(),
-        history: Vec::new(),
-        top_k: 5,
-        filter: Filter::All,
-        scope: Scope {
+    let ask = |q: &str| {
+        let scope = Scope {
             tenant: String::new(),
             collection: "chat".into(),
             filter: String::new(),
             version: u64::try_from(rag.corpus.version()).unwrap_or(0),
-        },
-        max_tokens: Some(64),
-        temperature: Some(0.0),
-        top_p: None,
-        traceparent: None,
-        priority: 0,
+        };
+        ChatInput {
+            max_tokens: Some(64),
+            temperature: Some(0.0),
+            ..ChatInput::new(q, scope, 5)
+        }
     };
 
     let (mut ttft, mut total, mut partial) = (Vec::new(), Vec::new(), 0usize);

@@ -51,6 +51,9 @@ impl Server {
         c.data_dir = data.path().to_owned();
         c.admin_key = Some(Secret::from(ADMIN));
         c.cache.enabled = false;
+        // The load figures are the model's: ask it (the answers bench
+        // names its mode per request).
+        c.chat.answer = Some(ragtime_pipeline::chat::AnswerMode::Generate);
         tweak(&mut c);
         let app = Application::build(c).await.expect("start ragtime");
         let base = format!("http://127.0.0.1:{}", app.port());
@@ -118,7 +121,7 @@ impl Server {
         )
     }
 
-    async fn stop(mut self) {
+    pub async fn stop(mut self) {
         if let Some(tx) = self.stop.take() {
             let _ = tx.send(());
         }

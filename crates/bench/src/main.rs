@@ -20,6 +20,7 @@
 //!   and search latency / QPS / recall@10 at 100k vectors with and without
 //!   metadata filters, plus hybrid (dense + BM25 + fusion) latency.
 
+mod answers;
 mod cache_bench;
 mod chat_bench;
 mod data;
@@ -75,6 +76,7 @@ fn bench_profile() -> BudgetProfile {
         rerank_ms: 0,
         llm_ttft_ms: 0,
         llm_generate_ms: 0,
+        verify_ms: 0,
     }
 }
 
@@ -94,6 +96,10 @@ async fn main() {
         if what == "cache" {
             return;
         }
+    }
+    if what == "answers" {
+        answers::answers().await;
+        return;
     }
     let data = load_scifact();
     if what == "embed" {

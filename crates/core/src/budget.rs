@@ -13,17 +13,20 @@ pub enum Stage {
     Rerank,
     LlmTtft,
     LlmGenerate,
+    /// The grounding check after generation.
+    Verify,
 }
 
 impl Stage {
     /// Every stage in pipeline order.
-    pub const ALL: [Stage; 6] = [
+    pub const ALL: [Stage; 7] = [
         Stage::Cache,
         Stage::Embed,
         Stage::Retrieve,
         Stage::Rerank,
         Stage::LlmTtft,
         Stage::LlmGenerate,
+        Stage::Verify,
     ];
 
     /// The stable name used in config keys, span names, metrics and reports.
@@ -35,6 +38,7 @@ impl Stage {
             Stage::Rerank => "rerank",
             Stage::LlmTtft => "llm_ttft",
             Stage::LlmGenerate => "llm_generate",
+            Stage::Verify => "verify",
         }
     }
 

@@ -20,6 +20,6 @@ pub use fusion::reciprocal_rank_fusion;
 pub use stage::{Embedder, Generator, Reranker, ResponseCache, Retriever, TokenStream};
 pub use tenant::{Tenant, valid_collection, valid_conversation_id, valid_tenant};
 pub use types::{
-    CachedAnswer, Chunk, Citation, GenEvent, GenRequest, Hit, IngestDoc, Message, Passage, Scope,
-    Usage,
+    CachedAnswer, Chunk, Citation, GenEvent, GenRequest, Grounding, Hit, IngestDoc, Message,
+    Passage, Scope, Usage,
 };

@@ -51,6 +51,33 @@ pub struct Citation {
     pub snippet: String,
 }
 
+/// The grounding check's verdict on a generated answer: how many of its
+/// checkable sentences the cited passages support, and the ones they do
+/// not (each with the term no source contains, when that is why).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Grounding {
+    pub sentences: usize,
+    pub supported: usize,
+    pub unsupported: Vec<String>,
+}
+
+impl Grounding {
+    /// Share of checked sentences supported (1 when nothing was checkable).
+    pub fn share(&self) -> f64 {
+        if self.sentences == 0 {
+            1.0
+        } else {
+            self.supported as f64 / self.sentences as f64
+        }
+    }
+
+    /// Whether the answer as a whole stands on its sources: at least half
+    /// its sentences supported.
+    pub fn grounded(&self) -> bool {
+        self.share() >= 0.5
+    }
+}
+
 /// What the response cache keeps of a full answer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CachedAnswer {
@@ -104,6 +131,9 @@ pub struct GenRequest {
     pub max_tokens: u32,
     pub temperature: Option<f64>,
     pub top_p: Option<f64>,
+    /// OpenAI's `frequency_penalty` (-2 to 2): repeated tokens made less
+    /// likely, in proportion to how often they came.
+    pub frequency_penalty: Option<f64>,
     /// W3C trace context to propagate to the backend.
     pub traceparent: Option<String>,
 }

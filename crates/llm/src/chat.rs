@@ -174,6 +174,9 @@ impl LlmClient {
         if let Some(p) = req.top_p {
             body["top_p"] = json!(p);
         }
+        if let Some(p) = req.frequency_penalty {
+            body["frequency_penalty"] = json!(p);
+        }
         let mut http = self
             .http()
             .post(format!("{}/chat/completions", self.base_url()))

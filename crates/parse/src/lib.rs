@@ -183,9 +183,10 @@ const BLOCKS: &[&str] = &[
     "figure",
     "figcaption",
     "hr",
-    "td",
-    "th",
 ];
+
+/// Table cells: a row stays one line, its cells separated by ` | `.
+const CELLS: &[&str] = &["td", "th"];
 
 /// Elements whose text is not shown.
 /// Never text: code and metadata, and the page chrome around the content
@@ -232,6 +233,7 @@ pub fn html_text(html: &str) -> (Option<String>, String) {
     while let Some((node, closing)) = stack.pop() {
         match node.value() {
             Node::Element(e) if closing && BLOCKS.contains(&e.name()) => out.push('\n'),
+            Node::Element(e) if closing && CELLS.contains(&e.name()) => out.push_str(" | "),
             Node::Element(_) if closing => {}
             Node::Element(e) if HIDDEN.contains(&e.name()) => {}
             Node::Element(e) => {
@@ -269,7 +271,10 @@ pub fn html_text(html: &str) -> (Option<String>, String) {
     }
     let text = out
         .lines()
-        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .map(|l| {
+            let l = l.split_whitespace().collect::<Vec<_>>().join(" ");
+            l.trim_end_matches(" |").trim_end_matches('|').to_owned()
+        })
         .filter(|l| !l.is_empty())
         .collect::<Vec<_>>()
         .join("\n");
@@ -299,6 +304,13 @@ mod tests {
         );
         assert_eq!(title.as_deref(), Some("Cells & Energy"));
         assert_eq!(text, "ATP\nMitochondria make ATP.\n5 < 6 \u{263A}");
+        let (_, table) = html_text(
+            "<main><p>Sizes:</p><table><tr><th>Type</th><th>Size</th></tr>\n<tr><td><code>bool</code></td>\n<td>1</td></tr></table></main>",
+        );
+        assert_eq!(
+            table, "Sizes:\nType | Size\nbool | 1",
+            "a table row stays one line"
+        );
     }
 
     #[test]

@@ -190,7 +190,8 @@ mod tests {
             + a.proposed.retrieve
             + a.proposed.rerank
             + a.proposed.llm_ttft
-            + a.proposed.llm_generate;
+            + a.proposed.llm_generate
+            + a.proposed.verify;
         assert_eq!(sum, 15_000, "spare time to generation");
         assert_eq!(a.binding_stage, "llm_generate");
         assert_eq!(a.expected_partial_rate, 0.0);

@@ -163,6 +163,7 @@ fn stage_span(stage: Stage, budget: Duration) -> Span {
             llm.hedged = field::Empty,
         ),
         Stage::LlmGenerate => span!("llm_generate"),
+        Stage::Verify => span!("verify"),
     }
 }
 

@@ -24,6 +24,7 @@ pub struct StageMs {
     pub rerank: u64,
     pub llm_ttft: u64,
     pub llm_generate: u64,
+    pub verify: u64,
 }
 
 impl From<&BudgetProfile> for StageMs {
@@ -35,6 +36,7 @@ impl From<&BudgetProfile> for StageMs {
             rerank: p.rerank_ms,
             llm_ttft: p.llm_ttft_ms,
             llm_generate: p.llm_generate_ms,
+            verify: p.verify_ms,
         }
     }
 }
@@ -68,6 +70,7 @@ pub struct StagesPatch {
     pub rerank: Option<u64>,
     pub llm_ttft: Option<u64>,
     pub llm_generate: Option<u64>,
+    pub verify: Option<u64>,
 }
 
 /// A change to a profile: `{"total_ms"?, "stages"?: {…}}`.
@@ -98,6 +101,7 @@ impl From<BudgetPut> for BudgetPatch {
                 rerank: Some(s.rerank),
                 llm_ttft: Some(s.llm_ttft),
                 llm_generate: Some(s.llm_generate),
+                verify: Some(s.verify),
             }),
         }
     }
@@ -122,6 +126,7 @@ impl BudgetPatch {
             (Stage::Rerank, s.rerank),
             (Stage::LlmTtft, s.llm_ttft),
             (Stage::LlmGenerate, s.llm_generate),
+            (Stage::Verify, s.verify),
         ]
         .into_iter()
         .filter_map(|(stage, ms)| ms.map(|ms| (stage, ms)))

@@ -39,7 +39,9 @@ pub use blocking::run_blocking;
 pub use budget::{Done, Policy, RequestBudget, StageCtx, StagePlan, StageRun};
 pub use profile::{BudgetProfile, ProfileError};
 pub use ragtime_core::{BudgetReport, Cancel, Outcome, Stage, StageError, StageReport};
-pub use service::{AbortOnDrop, ChatQuery, ChatStarted, Pipeline, SearchQuery, Settings};
+pub use service::{
+    AbortOnDrop, AnswerSettings, ChatQuery, ChatStarted, Pipeline, SearchQuery, Settings,
+};
 
 /// Why the pipeline refused or could not run a request.
 #[derive(Debug, thiserror::Error)]

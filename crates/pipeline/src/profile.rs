@@ -20,6 +20,7 @@ pub struct BudgetProfile {
     pub rerank_ms: u64,
     pub llm_ttft_ms: u64,
     pub llm_generate_ms: u64,
+    pub verify_ms: u64,
 }
 
 impl Default for BudgetProfile {
@@ -49,6 +50,7 @@ impl BudgetProfile {
             rerank_ms: 500,
             llm_ttft_ms: 4_000,
             llm_generate_ms: 10_000,
+            verify_ms: 50,
         }
     }
 
@@ -61,7 +63,8 @@ impl BudgetProfile {
             retrieve_ms: 60,
             rerank_ms: 150,
             llm_ttft_ms: 700,
-            llm_generate_ms: 2_000,
+            llm_generate_ms: 1_950,
+            verify_ms: 50,
         }
     }
 
@@ -73,6 +76,7 @@ impl BudgetProfile {
             Stage::Rerank => self.rerank_ms,
             Stage::LlmTtft => self.llm_ttft_ms,
             Stage::LlmGenerate => self.llm_generate_ms,
+            Stage::Verify => self.verify_ms,
         }
     }
 
@@ -84,6 +88,7 @@ impl BudgetProfile {
             Stage::Rerank => &mut self.rerank_ms,
             Stage::LlmTtft => &mut self.llm_ttft_ms,
             Stage::LlmGenerate => &mut self.llm_generate_ms,
+            Stage::Verify => &mut self.verify_ms,
         };
         *slot = ms;
     }

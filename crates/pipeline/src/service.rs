@@ -7,7 +7,9 @@ use crate::PipelineError;
 use crate::backend::Backends;
 use crate::budget::RequestBudget;
 use crate::budgets::Budgets;
-use crate::chat::{self, CHAT_PLAN, ChatAnswer, ChatDeps, ChatEvent, ChatInput};
+use crate::chat::{
+    self, AnswerMode, CHAT_PLAN, ChatAnswer, ChatDeps, ChatEvent, ChatInput, OnUngrounded,
+};
 use crate::corpus::{Corpus, CorpusError, IngestDoc, Ingested};
 use crate::embeddings::{self, Embedded};
 use crate::experiment::{Arm, Experiment};
@@ -36,6 +38,33 @@ pub struct Settings {
     /// Stored messages of a conversation put back into its prompt.
     pub history_messages: usize,
     pub rerank: RerankParams,
+    pub answer: AnswerSettings,
+}
+
+/// How chat answers are made when the request does not say (`[chat]`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AnswerSettings {
+    pub mode: AnswerMode,
+    pub on_ungrounded: OnUngrounded,
+    /// Sampling temperature sent when the client sends none.
+    pub temperature: f64,
+    /// `frequency_penalty` sent when the client sends none (small models
+    /// loop without one).
+    pub frequency_penalty: f64,
+    /// `max_tokens` when the client sets none.
+    pub max_tokens: u32,
+}
+
+impl Default for AnswerSettings {
+    fn default() -> Self {
+        Self {
+            mode: AnswerMode::Generate,
+            on_ungrounded: OnUngrounded::Annotate,
+            temperature: 0.0,
+            frequency_penalty: 0.5,
+            max_tokens: 256,
+        }
+    }
 }
 
 /// How long a finished turn's conversation write may take. It runs after
@@ -107,8 +136,12 @@ pub struct ChatQuery {
     pub max_tokens: Option<u32>,
     pub temperature: Option<f64>,
     pub top_p: Option<f64>,
+    pub frequency_penalty: Option<f64>,
     pub budget_ms: Option<u64>,
     pub traceparent: Option<String>,
+    /// The request's own answer mode, if it names one.
+    pub answer: Option<AnswerMode>,
+    pub stream: bool,
 }
 
 /// A chat turn under way: its events end with [`ChatEvent::Done`].
@@ -297,11 +330,17 @@ impl Pipeline {
             history,
             top_k: q.top_k.unwrap_or(self.settings.top_k),
             filter: q.filter,
-            max_tokens: q.max_tokens,
-            temperature: q.temperature,
+            max_tokens: q.max_tokens.or(Some(self.settings.answer.max_tokens)),
+            temperature: q.temperature.or(Some(self.settings.answer.temperature)),
             top_p: q.top_p,
+            frequency_penalty: q
+                .frequency_penalty
+                .or(Some(self.settings.answer.frequency_penalty)),
             traceparent: q.traceparent,
             priority: self.budgets.priority(tenant.name()),
+            answer: q.answer.unwrap_or(self.settings.answer.mode),
+            on_ungrounded: self.settings.answer.on_ungrounded,
+            stream: q.stream,
         };
         let (tx, events) = mpsc::channel(64);
         let me = self.clone();

@@ -348,7 +348,9 @@ async fn no_first_token_in_time_gives_the_extractive_answer_at_the_ttft_deadline
         Some((Outcome::Skipped, 0))
     );
     assert!(
-        text.starts_with("The model could not answer in time"),
+        text.starts_with("> ")
+            && text
+                .ends_with("(The model did not answer in time; this is quoted from the sources.)"),
         "{text}"
     );
     assert!(

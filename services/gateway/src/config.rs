@@ -4,7 +4,9 @@
 
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
+use ragtime_pipeline::AnswerSettings;
 use ragtime_pipeline::BudgetProfile;
+use ragtime_pipeline::chat::{AnswerMode, OnUngrounded};
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -125,13 +127,53 @@ pub struct ChatConfig {
     pub top_k: usize,
     /// Earlier messages of a stored conversation put into the prompt.
     pub history_messages: usize,
+    /// `generate`, `extractive` or `quote_then_generate` (a request's
+    /// `answer` overrides it). Unset: `extractive` on the embedded local
+    /// model (on two cores SmolLM2-135M answers right less often than the
+    /// extractive quote, and loops; `ragtime-bench answers`), `generate`
+    /// with a configured backend.
+    pub answer: Option<AnswerMode>,
+    /// What an answer the grounding check does not support becomes:
+    /// `annotate` or `extractive`.
+    pub on_ungrounded: OnUngrounded,
+    /// Sampling temperature when the client sends none.
+    pub temperature: f64,
+    /// `frequency_penalty` when the client sends none.
+    pub frequency_penalty: f64,
+    /// `max_tokens` when the client sets none.
+    pub max_tokens: u32,
 }
 
 impl Default for ChatConfig {
     fn default() -> Self {
+        let a = AnswerSettings::default();
         Self {
             top_k: 5,
             history_messages: 6,
+            answer: None,
+            on_ungrounded: a.on_ungrounded,
+            temperature: a.temperature,
+            frequency_penalty: a.frequency_penalty,
+            max_tokens: a.max_tokens,
+        }
+    }
+}
+
+impl ChatConfig {
+    /// The settings in force; `local`: whether the LLM is the embedded
+    /// local model.
+    pub fn answer_settings(&self, local: bool) -> AnswerSettings {
+        let auto = if local {
+            AnswerMode::Extractive
+        } else {
+            AnswerMode::Generate
+        };
+        AnswerSettings {
+            mode: self.answer.unwrap_or(auto),
+            on_ungrounded: self.on_ungrounded,
+            temperature: self.temperature,
+            frequency_penalty: self.frequency_penalty,
+            max_tokens: self.max_tokens,
         }
     }
 }
@@ -484,7 +526,16 @@ impl Config {
             config.telemetry.otlp_protocol = p.trim().to_owned();
         }
         config.validate()?;
+        // Say the answer mode in force (`ragtime config` shows it).
+        config.chat.answer = Some(config.answers().mode);
         Ok(config)
+    }
+
+    /// How chat answers are made, `chat.answer` resolved against the LLM
+    /// in use.
+    pub fn answers(&self) -> AnswerSettings {
+        let local = self.llm.base_url.is_none() && self.llm.backends.is_empty();
+        self.chat.answer_settings(local)
     }
 
     /// Checks every value that could only fail later, naming the key.
@@ -560,6 +611,18 @@ impl Config {
                 "rerank.depth",
                 "rerank.depth must be 1–200 and rerank.batch 1–64",
             ));
+        }
+        if !(0.0..=2.0).contains(&self.chat.temperature) {
+            return Err(invalid("chat.temperature", "must be between 0 and 2"));
+        }
+        if !(-2.0..=2.0).contains(&self.chat.frequency_penalty) {
+            return Err(invalid(
+                "chat.frequency_penalty",
+                "must be between -2 and 2",
+            ));
+        }
+        if !(1..=32_768).contains(&self.chat.max_tokens) {
+            return Err(invalid("chat.max_tokens", "must be between 1 and 32768"));
         }
         self.validate_backends()?;
         self.load

@@ -165,6 +165,7 @@ pub async fn load(state: &AppState, overrides: Overrides) -> Result<Pipeline, St
             batch: r.batch,
             weight: r.weight,
         },
+        answer: config.answers(),
     };
     Ok(Pipeline::new(
         corpus,

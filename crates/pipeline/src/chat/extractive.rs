@@ -1,49 +1,230 @@
-//! The answer the LLM did not write: the best sentence of each top passage,
-//! quoted with its citation.
+//! The answer the LLM did not write: the one or two sentences of the top
+//! passages that best answer the question, quoted whole with their section
+//! path and citation.
+//!
+//! Candidate sentences are scored by similarity to the query under the
+//! embedding model (all candidates embedded in one batch, within a few tens
+//! of milliseconds; without it, by words alone), fused with word overlap
+//! and the rank of the passage they come from.
 
-use crate::chat::prompt::snippet;
-use ragtime_core::Passage;
+use crate::chat::text::{content_words, sentences};
+use ragtime_core::{Cancel, Embedder, Passage};
+use std::collections::HashSet;
+use std::time::Duration;
 
-fn words(text: &str) -> Vec<String> {
-    text.split(|c: char| !c.is_alphanumeric())
-        .filter(|w| w.chars().count() > 2)
-        .map(str::to_lowercase)
-        .collect()
+/// Why an answer is extractive: chosen (the answer mode), or what kept the
+/// model from answering (said after the quote, never before it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Why {
+    Chosen,
+    Late,
+    Busy,
+    Failed,
+    /// The model's answer was not supported by its sources.
+    Ungrounded,
 }
 
-/// The sentence of `text` sharing the most words with the query.
-fn best_sentence(text: &str, query: &[String]) -> String {
-    let mut best = ("", 0usize);
-    for s in text.split_inclusive(['.', '!', '?', '\n']) {
-        let s = s.trim();
-        if s.is_empty() {
-            continue;
-        }
-        let n = words(s).iter().filter(|w| query.contains(w)).count();
-        if n > best.1 || best.0.is_empty() {
-            best = (s, n);
+impl Why {
+    /// What the user is told after the quote (nothing when chosen).
+    pub fn note(self) -> Option<&'static str> {
+        match self {
+            Why::Chosen => None,
+            Why::Late => Some("The model did not answer in time; this is quoted from the sources."),
+            Why::Busy => Some("The model was too busy to answer; this is quoted from the sources."),
+            Why::Failed => Some("The model failed to answer; this is quoted from the sources."),
+            Why::Ungrounded => Some("What the sources say:"),
         }
     }
-    snippet(best.0, 300)
 }
 
-/// The answer when the model gave none in time: the best sentence of each
-/// of the top passages, each with its citation number.
-pub fn extractive_answer(query: &str, passages: &[Passage]) -> String {
-    if passages.is_empty() {
-        return "No answer could be generated in time, and no sources matched the question."
-            .to_owned();
+/// Candidates embedded at most (the best by words and rank go first).
+const MAX_EMBEDDED: usize = 24;
+/// Longest quote, in characters: the best sentence and those after it
+/// that fit (the answer often sits next to the sentence that shares the
+/// question's words: "X is the default. To turn it off, pass --y.").
+const MAX_QUOTE: usize = 320;
+
+/// A sentence that may be quoted.
+#[derive(Debug, Clone)]
+struct Candidate<'a> {
+    /// Index into the ranked passages.
+    rank: usize,
+    /// Index of the sentence in its passage.
+    at: usize,
+    text: &'a str,
+    lexical: f32,
+}
+
+/// The passages an answer may quote, best first, each with the number it
+/// is cited by.
+pub type Ranked<'a> = [(usize, &'a Passage)];
+
+fn candidates<'a>(query: &str, ranked: &Ranked<'a>) -> Vec<Candidate<'a>> {
+    let q: HashSet<String> = content_words(query).into_iter().collect();
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for (rank, (_, p)) in ranked.iter().enumerate() {
+        // An anchor label alone on its line (`[items.fn.intro]`) says
+        // nothing to a reader.
+        let all: Vec<&str> = sentences(&p.chunk.text)
+            .into_iter()
+            .filter(|s| !(s.starts_with('[') && s.ends_with(']') && !s.contains(' ')))
+            .collect();
+        let n = all.len();
+        for (at, s) in all.into_iter().enumerate() {
+            if !seen.insert(s) {
+                continue; // overlapping chunks repeat sentences
+            }
+            let words: HashSet<String> = content_words(s).into_iter().collect();
+            let overlap = if q.is_empty() {
+                0.0
+            } else {
+                q.intersection(&words).count() as f32 / q.len() as f32
+            };
+            let prior = 1.0 / (1.0 + rank as f32);
+            let mut shape = 1.0;
+            if s.split_whitespace().count() < 4 {
+                shape *= 0.5; // a heading or a fragment answers little
+            }
+            // A chunk may begin or end inside a sentence.
+            if at == 0 && s.starts_with(|c: char| c.is_lowercase()) {
+                shape *= 0.7;
+            }
+            if at + 1 == n && !s.ends_with(['.', '!', '?', ':', ')', '`']) {
+                shape *= 0.8;
+            }
+            out.push(Candidate {
+                rank,
+                at,
+                text: s,
+                lexical: shape * (0.7 * overlap + 0.3 * prior),
+            });
+        }
     }
-    let q = words(query);
-    let lines: Vec<String> = passages
-        .iter()
-        .enumerate()
-        .map(|(i, h)| format!("- {} [{}]", best_sentence(&h.chunk.text, &q), i + 1))
-        .collect();
-    format!(
-        "The model could not answer in time; here is what the sources say:\n\n{}",
-        lines.join("\n")
-    )
+    out
+}
+
+/// The sentences to quote, given each candidate's similarity to the
+/// query when there is one.
+fn pick<'a>(cands: &[Candidate<'a>], sims: Option<&[f32]>) -> Vec<Candidate<'a>> {
+    let score = |i: usize| match sims {
+        Some(s) => 0.6 * s[i].max(0.0) + 0.4 * cands[i].lexical,
+        None => cands[i].lexical,
+    };
+    let mut order: Vec<usize> = (0..cands.len()).collect();
+    order.sort_by(|&a, &b| score(b).total_cmp(&score(a)));
+    let Some(&best) = order.first() else {
+        return Vec::new();
+    };
+    let b = &cands[best];
+    let mut chosen = vec![b.clone()];
+    let mut len = b.text.len();
+    // The sentence before it often says what the best one explains ("Use
+    // `as _`. This is useful to …"): it goes first when both fit.
+    if let Some(before) =
+        b.at.checked_sub(1)
+            .and_then(|at| cands.iter().find(|c| c.rank == b.rank && c.at == at))
+        && len + 1 + before.text.len() <= MAX_QUOTE
+    {
+        len += 1 + before.text.len();
+        chosen.insert(0, before.clone());
+    }
+    // The sentences that follow it, while they fit.
+    for at in b.at + 1.. {
+        let Some(next) = cands.iter().find(|c| c.rank == b.rank && c.at == at) else {
+            break;
+        };
+        if len + 1 + next.text.len() > MAX_QUOTE {
+            break;
+        }
+        len += 1 + next.text.len();
+        chosen.push(next.clone());
+    }
+    // A close runner-up from another passage, when there is room.
+    if let Some(&second) = order.get(1)
+        && cands[second].rank != b.rank
+        && score(second) >= 0.9 * score(best)
+        && len + cands[second].text.len() <= MAX_QUOTE
+    {
+        chosen.push(cands[second].clone());
+    }
+    chosen
+}
+
+/// The answer text from the chosen sentences: each passage's quote, then
+/// where it comes from (its title — the section path when the document has
+/// sections — and citation number).
+fn compose(ranked: &Ranked<'_>, chosen: &[Candidate<'_>], why: Why) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut by_rank: Vec<(usize, Vec<&str>)> = Vec::new();
+    for c in chosen {
+        match by_rank.iter_mut().find(|(r, _)| *r == c.rank) {
+            Some((_, v)) => v.push(c.text),
+            None => by_rank.push((c.rank, vec![c.text])),
+        }
+    }
+    for (rank, texts) in by_rank {
+        let (n, p) = ranked[rank];
+        let quote = crate::chat::prompt::snippet(&texts.join(" "), MAX_QUOTE);
+        let source = if p.chunk.title.is_empty() {
+            format!("[{n}]")
+        } else {
+            format!("{} [{n}]", p.chunk.title)
+        };
+        parts.push(format!("> {quote}\n— {source}"));
+    }
+    let body = if parts.is_empty() {
+        "No sources matched the question.".to_owned()
+    } else {
+        parts.join("\n\n")
+    };
+    match why.note() {
+        Some(note) if why == Why::Ungrounded => format!("{note}\n\n{body}"),
+        Some(note) => format!("{body}\n\n({note})"),
+        None => body,
+    }
+}
+
+/// The extractive answer by words and rank alone (no embedding model).
+pub fn extractive_answer(query: &str, ranked: &Ranked<'_>, why: Why) -> String {
+    let cands = candidates(query, ranked);
+    compose(ranked, &pick(&cands, None), why)
+}
+
+/// The extractive answer with the embedding model's help: the candidates
+/// are embedded in one batch within `time`; past it (or without a query
+/// vector) words and rank decide alone.
+pub async fn extract(
+    query: &str,
+    query_vec: Option<&[f32]>,
+    ranked: &Ranked<'_>,
+    embedder: &dyn Embedder,
+    time: Duration,
+    why: Why,
+) -> String {
+    let cands = candidates(query, ranked);
+    let Some(qv) = query_vec.filter(|_| !cands.is_empty() && !time.is_zero()) else {
+        return compose(ranked, &pick(&cands, None), why);
+    };
+    // The best by words and rank are embedded; the rest count as
+    // dissimilar (they stay candidates, to be quoted after a chosen one).
+    let mut by_words: Vec<usize> = (0..cands.len()).collect();
+    by_words.sort_by(|&a, &b| cands[b].lexical.total_cmp(&cands[a].lexical));
+    by_words.truncate(MAX_EMBEDDED);
+    let texts: Vec<String> = by_words.iter().map(|&i| cands[i].text.to_owned()).collect();
+    let cancel = Cancel::with_deadline(std::time::Instant::now() + time);
+    let vectors = tokio::time::timeout(time, embedder.embed_passages(texts, cancel)).await;
+    let sims: Option<Vec<f32>> = match vectors {
+        Ok(Ok(vs)) if vs.len() == by_words.len() => {
+            let mut sims = vec![0.0; cands.len()];
+            for (&i, v) in by_words.iter().zip(&vs) {
+                sims[i] = v.iter().zip(qv).map(|(a, b)| a * b).sum();
+            }
+            Some(sims)
+        }
+        _ => None,
+    };
+    compose(ranked, &pick(&cands, sims.as_deref()), why)
 }
 
 #[cfg(test)]
@@ -51,13 +232,17 @@ mod tests {
     use super::*;
     use crate::chat::tests::hit;
 
+    fn ranked(hits: &[Passage]) -> Vec<(usize, &Passage)> {
+        hits.iter().enumerate().map(|(i, h)| (i + 1, h)).collect()
+    }
+
     #[test]
-    fn extractive_answer_cites_the_best_sentence_of_each_passage() {
+    fn quotes_the_sentence_that_answers_whole_with_its_source() {
         let hits = vec![
             hit(
                 1,
-                "Tea",
-                "Tea is a drink. Green tea contains caffeine and catechins.",
+                "Getting started › New projects",
+                "A new project is created by the new command. This also initializes a new git repository by default. If you don't want it to do that, pass --vcs none.",
             ),
             hit(
                 2,
@@ -65,15 +250,53 @@ mod tests {
                 "Coffee contains more caffeine than tea. It is roasted.",
             ),
         ];
-        let a = extractive_answer("how much caffeine does green tea contain", &hits);
+        let a = extractive_answer(
+            "how do I start a new project without a git repository?",
+            &ranked(&hits),
+            Why::Chosen,
+        );
+        assert!(a.starts_with("> "), "{a}");
+        assert!(a.contains("git repository by default"), "{a}");
+        assert!(a.contains("— Getting started › New projects [1]"), "{a}");
+        assert!(!a.contains("in time"), "chosen, not a timeout: {a}");
+        let late = extractive_answer("caffeine in coffee", &ranked(&hits), Why::Late);
         assert!(
-            a.contains("- Green tea contains caffeine and catechins. [1]"),
-            "{a}"
+            late.starts_with("> Coffee contains more caffeine"),
+            "{late}"
         );
         assert!(
-            a.contains("- Coffee contains more caffeine than tea. [2]"),
+            late.ends_with("(The model did not answer in time; this is quoted from the sources.)")
+        );
+        assert!(extractive_answer("q", &[], Why::Late).starts_with("No sources matched"));
+    }
+
+    #[test]
+    fn the_sentences_after_the_best_one_follow_while_they_fit() {
+        let hits = vec![hit(
+            1,
+            "Build",
+            "Caching is off by default. To turn the build cache on:\ncargo build --cache on\nThat is all.",
+        )];
+        let a = extractive_answer("turn the build cache on", &ranked(&hits), Why::Chosen);
+        assert!(
+            a.contains("To turn the build cache on: cargo build --cache on"),
             "{a}"
         );
-        assert!(extractive_answer("q", &[]).contains("no sources matched"));
+    }
+
+    #[test]
+    fn similarity_outranks_words_when_it_is_there() {
+        let hits = vec![
+            hit(1, "T", "The river bank was muddy after the rain."),
+            hit(2, "U", "Deposits at a bank earn interest every month."),
+        ];
+        let r = ranked(&hits);
+        let c = candidates("where does my savings money grow", &r);
+        assert_eq!(c.len(), 2);
+        // By words and rank alone, the first passage's sentence.
+        assert!(pick(&c, None)[0].text.starts_with("The river"));
+        // The model's similarity knows better.
+        let p = pick(&c, Some(&[0.1, 0.8]));
+        assert!(p[0].text.starts_with("Deposits"), "{p:?}");
     }
 }

@@ -1,6 +1,7 @@
 //! The chat request, start to end, under one budget:
 //!
-//! `embed` → `cache` → `retrieve` → `rerank` → `llm_ttft` → `llm_generate`,
+//! `embed` → `cache` → `retrieve` → `rerank` → `llm_ttft` → `llm_generate`
+//! → `verify`,
 //!
 //! in named steps: the load [`Shape`] (how much the request may do while
 //! the backends are busy), [`lookup`] (query vector, then the semantic
@@ -10,7 +11,9 @@
 //! backend can prefill within `llm_ttft`, `max_tokens` to what fits in
 //! `llm_generate` — the sources sent, admission, then the model's answer
 //! streamed as it comes; or, shed or without a first token in time, the
-//! extractive answer) and [`finish`]. The caller gets
+//! extractive answer), [`verify`] (the grounding check of a generated
+//! answer) and [`finish`]. The [`AnswerMode`] decides whether the model
+//! is asked at all, and whether the extractive quote goes first. The caller gets
 //! [`ChatEvent::Sources`] before the LLM starts, then [`ChatEvent::Text`]
 //! as text is produced.
 
@@ -18,9 +21,12 @@ mod extractive;
 mod generate;
 mod guard;
 mod prompt;
+mod text;
+mod verify;
 
-pub use extractive::extractive_answer;
+pub use extractive::{Why, extract, extractive_answer};
 pub use prompt::{DEFAULT_MAX_TOKENS, Prompt, PromptPlan, build_prompt};
+pub use verify::{SUPPORT_COSINE, check as check_grounding};
 
 use crate::backend::Backends;
 use crate::backend::gate::{Ask, Refusal};
@@ -30,24 +36,66 @@ use crate::rerank::{RerankParams, rerank};
 use crate::search::{Mode, SearchRequest, embed_query, retrieve};
 use crate::stats::Observation;
 use ragtime_core::{
-    BudgetReport, CachedAnswer, Citation, Embedder, Filter, GenRequest, Message, Outcome, Passage,
-    Reranker, ResponseCache, Retriever, Scope, Stage, Usage,
+    BudgetReport, CachedAnswer, Citation, Embedder, Filter, GenRequest, Grounding, Message,
+    Outcome, Passage, Reranker, ResponseCache, Retriever, Scope, Stage, Usage,
 };
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
-pub const CHAT_PLAN: [StagePlan; 6] = [
+pub const CHAT_PLAN: [StagePlan; 7] = [
     StagePlan::new(Stage::Embed, Policy::Fallback),
     StagePlan::new(Stage::Cache, Policy::Optional),
     StagePlan::new(Stage::Retrieve, Policy::Required),
     StagePlan::new(Stage::Rerank, Policy::Optional),
     StagePlan::new(Stage::LlmTtft, Policy::Required),
     StagePlan::new(Stage::LlmGenerate, Policy::Required),
+    StagePlan::new(Stage::Verify, Policy::Optional),
 ];
 
 /// Passages an extractive answer quotes.
-const EXTRACTIVE_PASSAGES: usize = 3;
+const EXTRACTIVE_PASSAGES: usize = 5;
+/// Longest an extractive answer waits for its sentences' vectors (then
+/// words and rank choose alone).
+const EXTRACTIVE_EMBED: Duration = Duration::from_millis(40);
+
+/// How a chat request answers (`chat.answer`, or the request's `answer`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AnswerMode {
+    /// The model's answer (the extractive one when it cannot give one).
+    #[default]
+    Generate,
+    /// The best sentences of the sources, quoted; the model is not asked.
+    Extractive,
+    /// The extractive quote at once, then the model's answer.
+    QuoteThenGenerate,
+}
+
+impl AnswerMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            AnswerMode::Generate => "generate",
+            AnswerMode::Extractive => "extractive",
+            AnswerMode::QuoteThenGenerate => "quote_then_generate",
+        }
+    }
+}
+
+/// What an answer the grounding check does not support becomes
+/// (`chat.on_ungrounded`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnUngrounded {
+    /// It stands; the last chunk's `grounding` says what is unsupported.
+    #[default]
+    Annotate,
+    /// A whole answer is replaced by the extractive one; a streamed one
+    /// (already sent) gets the extractive quote appended. Either way
+    /// `partial_reason` is `ungrounded`.
+    Extractive,
+}
 
 /// The stages a chat request runs with.
 pub struct ChatDeps<'a> {
@@ -74,9 +122,15 @@ pub struct ChatInput {
     pub max_tokens: Option<u32>,
     pub temperature: Option<f64>,
     pub top_p: Option<f64>,
+    pub frequency_penalty: Option<f64>,
     pub traceparent: Option<String>,
     /// The tenant's priority in the backends' queues (higher waits less).
     pub priority: u8,
+    pub answer: AnswerMode,
+    pub on_ungrounded: OnUngrounded,
+    /// Whether the caller reads the answer as it is produced (an
+    /// ungrounded streamed answer cannot be taken back).
+    pub stream: bool,
 }
 
 impl ChatInput {
@@ -91,8 +145,12 @@ impl ChatInput {
             max_tokens: None,
             temperature: None,
             top_p: None,
+            frequency_penalty: None,
             traceparent: None,
             priority: 0,
+            answer: AnswerMode::Generate,
+            on_ungrounded: OnUngrounded::Annotate,
+            stream: false,
         }
     }
 }
@@ -120,6 +178,9 @@ pub struct ChatAnswer {
     pub backend: Option<String>,
     pub queued: Option<Duration>,
     pub hedged: bool,
+    /// The grounding check's verdict, when a generated answer was checked.
+    pub grounding: Option<Grounding>,
+    pub answer_mode: AnswerMode,
 }
 
 /// What a chat request sends while it runs.
@@ -190,11 +251,23 @@ pub async fn run(
         Lookup::Miss(vector) => vector,
     };
     let hits = passages(budget, deps, input, vector.clone(), &shape).await;
-    let r = reply(budget, deps, input, &hits, &shape, &mut out).await;
-    let answer = finish(budget, r, &out, &shape);
-    // Only full answers are worth reusing.
+    let qv = vector.as_deref().map(Vec::as_slice);
+    let r = match input.answer {
+        AnswerMode::Extractive => {
+            for s in [Stage::LlmTtft, Stage::LlmGenerate, Stage::Verify] {
+                budget.skip(s, "the answer mode is extractive");
+            }
+            let top = ranked_top(&hits);
+            extractive(budget, deps, input, qv, &top, &mut out, Why::Chosen).await
+        }
+        _ => reply(budget, deps, input, qv, &hits, &shape, &mut out).await,
+    };
+    let r = verify(budget, deps, input, qv, r, &mut out).await;
+    let answer = finish(budget, r, &out, &shape, input.answer);
+    // Only full generated answers are worth reusing.
     if let (Some(cache), Some(v)) = (deps.cache, &vector)
         && input.history.is_empty()
+        && input.answer == AnswerMode::Generate
         && !answer.partial
         && answer.finish_reason == "stop"
         && !answer.text.trim().is_empty()
@@ -221,6 +294,9 @@ async fn lookup(budget: &RequestBudget, deps: &ChatDeps<'_>, input: &ChatInput) 
         (None, _) => Err("the semantic cache is off"),
         (Some(_), None) => Err("no query vector"),
         (Some(_), Some(_)) if !input.history.is_empty() => Err("conversation has earlier turns"),
+        (Some(_), Some(_)) if input.answer != AnswerMode::Generate => {
+            Err("the answer mode is not generate")
+        }
         (Some(cache), Some(v)) => Ok((cache, v)),
     };
     let (cache, v) = match usable {
@@ -256,6 +332,7 @@ async fn answered_from_cache(
         Stage::Rerank,
         Stage::LlmTtft,
         Stage::LlmGenerate,
+        Stage::Verify,
     ] {
         budget.skip(s, "answered from the semantic cache");
     }
@@ -276,6 +353,8 @@ async fn answered_from_cache(
         backend: None,
         queued: None,
         hedged: false,
+        grounding: None,
+        answer_mode: AnswerMode::Generate,
     }
 }
 
@@ -316,42 +395,107 @@ async fn passages(
 
 /// The text of an answer and what it rests on.
 struct Reply {
+    /// All of it, as sent.
     text: String,
-    citations: Vec<Citation>,
+    /// The passages it cites, in citation order.
+    passages: Vec<Passage>,
+    /// The model's part of `text`, when the model wrote one.
+    generated: Option<String>,
     finish_reason: String,
     usage: Usage,
     /// What degraded it beyond the stages' outcomes (`overload`,
-    /// `llm_error`).
+    /// `llm_error`, `degenerate`, `ungrounded`).
     reason: Option<&'static str>,
     backend: Option<String>,
     queued: Option<Duration>,
     hedged: bool,
+    grounding: Option<Grounding>,
+}
+
+/// The best passages an extractive answer quotes, numbered as cited.
+fn ranked_top(hits: &[Passage]) -> Vec<(usize, &Passage)> {
+    hits.iter()
+        .take(EXTRACTIVE_PASSAGES)
+        .enumerate()
+        .map(|(i, h)| (i + 1, h))
+        .collect()
+}
+
+/// The extractive quote, with the embedding model's help for as long as
+/// the request can spare (at most [`EXTRACTIVE_EMBED`]).
+async fn quote(
+    budget: &RequestBudget,
+    deps: &ChatDeps<'_>,
+    input: &ChatInput,
+    qv: Option<&[f32]>,
+    ranked: &[(usize, &Passage)],
+    why: Why,
+) -> String {
+    let time = budget.remaining().min(EXTRACTIVE_EMBED);
+    extract(&input.query, qv, ranked, deps.embedder, time, why).await
 }
 
 /// The extractive answer: no prefill needed, so it draws on the best
 /// passages whether or not they fitted a prompt.
 async fn extractive(
     budget: &RequestBudget,
+    deps: &ChatDeps<'_>,
     input: &ChatInput,
-    hits: &[Passage],
+    qv: Option<&[f32]>,
+    ranked: &[(usize, &Passage)],
     out: &mut Output<'_>,
-    reason: Option<&'static str>,
+    why: Why,
 ) -> Reply {
-    budget.skip(Stage::LlmGenerate, "no first token");
-    let top = &hits[..hits.len().min(EXTRACTIVE_PASSAGES)];
-    let citations: Vec<Citation> = top.iter().map(citation).collect();
-    out.sources(citations.clone()).await;
-    let text = extractive_answer(&input.query, top);
+    if why != Why::Chosen {
+        budget.skip(Stage::LlmGenerate, "no first token");
+    }
+    let passages: Vec<Passage> = ranked.iter().map(|(_, p)| (*p).clone()).collect();
+    out.sources(passages.iter().map(citation).collect()).await;
+    let text = quote(budget, deps, input, qv, ranked, why).await;
     out.send(text.clone()).await;
+    extractive_reply(text, passages, why)
+}
+
+/// Without the model's answer: the extractive one, or — when the quote
+/// went first — the quote with a note of what happened to the rest.
+#[allow(clippy::too_many_arguments)]
+async fn without_model(
+    budget: &RequestBudget,
+    deps: &ChatDeps<'_>,
+    input: &ChatInput,
+    qv: Option<&[f32]>,
+    ranked: &[(usize, &Passage)],
+    sent: Option<(String, Vec<Passage>)>,
+    out: &mut Output<'_>,
+    why: Why,
+) -> Reply {
+    let Some((quoted, passages)) = sent else {
+        return extractive(budget, deps, input, qv, ranked, out, why).await;
+    };
+    budget.skip(Stage::LlmGenerate, "no first token");
+    let note = why.note().map(|n| format!("({n})")).unwrap_or_default();
+    out.send(note.clone()).await;
+    extractive_reply(format!("{quoted}{note}"), passages, why)
+}
+
+/// An answer from the sources' words; `why` it is one says what degraded
+/// it (a timeout is the `llm_ttft` stage's outcome, not a reason here).
+fn extractive_reply(text: String, passages: Vec<Passage>, why: Why) -> Reply {
     Reply {
         text,
-        citations,
+        passages,
+        generated: None,
         finish_reason: "stop".into(),
         usage: Usage::default(),
-        reason,
+        reason: match why {
+            Why::Busy => Some("overload"),
+            Why::Failed => Some("llm_error"),
+            _ => None,
+        },
         backend: None,
         queued: None,
         hedged: false,
+        grounding: None,
     }
 }
 
@@ -363,6 +507,7 @@ async fn reply(
     budget: &RequestBudget,
     deps: &ChatDeps<'_>,
     input: &ChatInput,
+    qv: Option<&[f32]>,
     hits: &[Passage],
     shape: &Shape,
     out: &mut Output<'_>,
@@ -379,7 +524,8 @@ async fn reply(
             Stage::LlmTtft,
             "no llm backend is available: every breaker is open",
         );
-        return extractive(budget, input, hits, out, Some("llm_error")).await;
+        let top = ranked_top(hits);
+        return extractive(budget, deps, input, qv, &top, out, Why::Failed).await;
     };
     let ttft = budget.allot(Stage::LlmTtft);
     let generate = budget
@@ -416,6 +562,28 @@ async fn reply(
     } else {
         &announced[..]
     };
+    // Numbered as the prompt (and so the sources) number them.
+    let ranked: Vec<(usize, &Passage)> = if announced.is_empty() {
+        ranked_top(hits)
+    } else {
+        let number = |h: &Passage| {
+            prompt
+                .passages
+                .iter()
+                .position(|p| p.chunk.chunk_id == h.chunk.chunk_id)
+                .map_or(0, |i| i + 1)
+        };
+        hits.iter().map(|h| (number(h), h)).collect()
+    };
+    // The quote first, when asked for: it needs no model.
+    let sent = if input.answer == AnswerMode::QuoteThenGenerate {
+        let q = quote(budget, deps, input, qv, &ranked, Why::Chosen).await;
+        let q = format!("{q}\n\n");
+        out.send(q.clone()).await;
+        Some((q, ranked.iter().map(|(_, p)| (*p).clone()).collect()))
+    } else {
+        None
+    };
     let prompt_tokens = (prompt.chars as f64 / est.chars_per_token) as usize;
     let ask = Ask {
         deadline: tokio::time::Instant::now() + ttft,
@@ -427,7 +595,7 @@ async fn reply(
             Stage::LlmTtft,
             format!("overload at {}: {r}", backend.name()),
         );
-        return extractive(budget, input, hits, out, Some("overload")).await;
+        return without_model(budget, deps, input, qv, &ranked, sent, out, Why::Busy).await;
     }
     let request = GenRequest {
         model: backend.spec.model.clone(),
@@ -435,19 +603,31 @@ async fn reply(
         max_tokens: prompt.max_tokens,
         temperature: input.temperature,
         top_p: input.top_p,
+        frequency_penalty: input.frequency_penalty,
         traceparent: input.traceparent.clone(),
     };
     let (first, attempts) =
         generate::first_token(budget, deps.backends, backend, request, ask).await;
     match first.value {
-        Some(started) => streamed(budget, started, attempts, &prompt, out).await,
+        Some(started) => {
+            let mut r = streamed(budget, started, attempts, &prompt, out).await;
+            if let Some((q, _)) = sent {
+                r.text = format!("{q}{}", r.text);
+            }
+            r
+        }
         None => {
             let missed = Missed {
                 outcome: first.outcome,
                 attempts,
                 prompt_tokens,
             };
-            no_first_token(budget, input, hits, out, missed).await
+            let why = missed_why(&missed);
+            let queued = missed.attempts.queued;
+            tell_backends(missed);
+            let mut r = without_model(budget, deps, input, qv, &ranked, sent, out, why).await;
+            r.queued = Some(queued);
+            r
         }
     }
 }
@@ -460,15 +640,8 @@ struct Missed {
 }
 
 /// No first token: the backends that had the request are told (breaker,
-/// and — a timeout on their side, queueing excluded — slow prefill), and
-/// the answer is extractive.
-async fn no_first_token(
-    budget: &RequestBudget,
-    input: &ChatInput,
-    hits: &[Passage],
-    out: &mut Output<'_>,
-    m: Missed,
-) -> Reply {
+/// and — a timeout on their side, queueing excluded — slow prefill).
+fn tell_backends(m: Missed) {
     for (b, called) in &m.attempts.pending {
         b.breaker.failure();
         if m.outcome == Outcome::Timeout {
@@ -476,17 +649,17 @@ async fn no_first_token(
                 .observe_timeout(m.prompt_tokens as u32, called.elapsed());
         }
     }
-    // Shed: `overload`; queued past the point where a first token could
-    // come: `llm_ttft`, like a late backend; failed: `llm_error`.
-    let reason = match (m.attempts.refused, m.outcome) {
-        (Some(Refusal::Shed { .. } | Refusal::Full { .. }), _) => Some("overload"),
-        (Some(Refusal::Timeout { .. }), _) => None,
-        (_, Outcome::Error) => Some("llm_error"),
-        _ => None,
-    };
-    let mut r = extractive(budget, input, hits, out, reason).await;
-    r.queued = Some(m.attempts.queued);
-    r
+}
+
+/// Shed: `overload`; queued past the point where a first token could
+/// come: `llm_ttft`, like a late backend; failed: `llm_error`.
+fn missed_why(m: &Missed) -> Why {
+    match (m.attempts.refused, m.outcome) {
+        (Some(Refusal::Shed { .. } | Refusal::Full { .. }), _) => Why::Busy,
+        (Some(Refusal::Timeout { .. }), _) => Why::Late,
+        (_, Outcome::Error) => Why::Failed,
+        _ => Why::Late,
+    }
 }
 
 /// `llm_generate`: the rest of the answer, and what the backend taught.
@@ -514,8 +687,9 @@ async fn streamed(
         _ => "length".into(),
     };
     Reply {
+        generated: Some(s.text.clone()),
         text: s.text,
-        citations: prompt.passages.iter().map(citation).collect(),
+        passages: prompt.passages.clone(),
         finish_reason,
         usage: s.usage.unwrap_or_default(),
         reason: match (&s.error, s.looped) {
@@ -526,26 +700,89 @@ async fn streamed(
         backend: Some(backend.name().to_owned()),
         queued: Some(attempts.queued),
         hedged: attempts.hedged,
+        grounding: None,
     }
+}
+
+/// `verify`: the grounding check of the model's answer, within its own
+/// budget; then what `on_ungrounded` says to do with an unsupported one.
+async fn verify(
+    budget: &RequestBudget,
+    deps: &ChatDeps<'_>,
+    input: &ChatInput,
+    qv: Option<&[f32]>,
+    mut r: Reply,
+    out: &mut Output<'_>,
+) -> Reply {
+    let Some(generated) = r.generated.clone().filter(|g| !g.trim().is_empty()) else {
+        if input.answer != AnswerMode::Extractive {
+            budget.skip(Stage::Verify, "no generated answer");
+        }
+        return r;
+    };
+    let passages = &r.passages;
+    let run = budget
+        .run(Stage::Verify, |ctx| async move {
+            match verify::check(&generated, passages, deps.embedder, ctx.cancel()).await {
+                Some(g) => Ok(Done::Full(g)),
+                None => Err(ragtime_core::StageError::Cancelled),
+            }
+        })
+        .await;
+    r.grounding = run.value;
+    let ungrounded = r.grounding.as_ref().is_some_and(|g| !g.grounded());
+    if !ungrounded || input.on_ungrounded == OnUngrounded::Annotate {
+        return r;
+    }
+    let ranked: Vec<(usize, &Passage)> = r
+        .passages
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (i + 1, p))
+        .collect();
+    let quoted = quote(budget, deps, input, qv, &ranked, Why::Ungrounded).await;
+    if input.stream {
+        let tail = format!("\n\n{quoted}");
+        out.send(tail.clone()).await;
+        r.text.push_str(&tail);
+    } else {
+        r.text = quoted;
+    }
+    r.reason = r.reason.or(Some("ungrounded"));
+    r
 }
 
 /// The answer with its partial flag: what the reply says degraded it, else
 /// the LLM stages (they decide what the user got), else any other stage
 /// that did not do all its work.
-fn finish(budget: &RequestBudget, r: Reply, out: &Output<'_>, shape: &Shape) -> ChatAnswer {
+fn finish(
+    budget: &RequestBudget,
+    r: Reply,
+    out: &Output<'_>,
+    shape: &Shape,
+    mode: AnswerMode,
+) -> ChatAnswer {
     let report = budget.report();
     let degraded = |s: Stage| report.stage(s).is_some_and(|r| r.outcome.is_degraded());
+    // An unfinished grounding check leaves the answer unchecked, not
+    // degraded.
     let stage = [Stage::LlmTtft, Stage::LlmGenerate]
         .into_iter()
         .find(|s| degraded(*s))
-        .or_else(|| report.first_degraded().map(|r| r.stage));
+        .or_else(|| {
+            report
+                .stages
+                .iter()
+                .find(|r| r.stage != Stage::Verify && r.outcome.is_degraded())
+                .map(|r| r.stage)
+        });
     let reason = r
         .reason
         .map(str::to_owned)
         .or_else(|| stage.map(|s| s.name().to_owned()));
     ChatAnswer {
         text: r.text,
-        citations: r.citations,
+        citations: r.passages.iter().map(citation).collect(),
         finish_reason: r.finish_reason,
         partial: reason.is_some(),
         partial_reason: reason,
@@ -558,6 +795,8 @@ fn finish(budget: &RequestBudget, r: Reply, out: &Output<'_>, shape: &Shape) -> 
         backend: r.backend,
         queued: r.queued,
         hedged: r.hedged,
+        grounding: r.grounding,
+        answer_mode: mode,
     }
 }
 

@@ -7,7 +7,9 @@ use ragtime_core::{Message, Passage};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub(crate) const SYSTEM: &str = "You are a helpful assistant. Answer the user's question using only the numbered sources below, and cite them in square brackets like [1]. If the sources do not contain the answer, say that you do not know.";
+/// Short and exact: small models stay closer to their sources when told to
+/// answer briefly and quote (measured with `ragtime-bench answers`).
+pub(crate) const SYSTEM: &str = "Answer the question in one or two sentences, using only the numbered sources below. Quote the exact command, flag, attribute, keyword, file name or value the sources give, and cite the source like [1]. If the sources do not contain the answer, say that you do not know.";
 
 /// Default `max_tokens` when the client sets none.
 pub const DEFAULT_MAX_TOKENS: u32 = 512;

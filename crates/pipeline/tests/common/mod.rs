@@ -25,6 +25,7 @@ pub fn profile() -> BudgetProfile {
         rerank_ms: 100,
         llm_ttft_ms: 1_000,
         llm_generate_ms: 2_000,
+        verify_ms: 50,
     }
 }
 
@@ -57,5 +58,29 @@ pub fn chat_deps<'a>(
         backends,
         levels,
         cache,
+    }
+}
+
+/// The chat stages over `r`'s chunks and some backends, with no load
+/// levels (request sizes stay as asked).
+pub struct World {
+    pub e: HashEmbedder,
+    pub r: MemoryRetriever,
+    pub backends: Backends,
+    pub levels: Levels,
+}
+
+impl World {
+    pub fn new(e: HashEmbedder, r: MemoryRetriever, backends: Backends) -> Self {
+        Self {
+            e,
+            r,
+            backends,
+            levels: Levels(Vec::new()),
+        }
+    }
+
+    pub fn deps(&self) -> ChatDeps<'_> {
+        chat_deps(&self.e, &self.r, &self.backends, &self.levels, None)
     }
 }

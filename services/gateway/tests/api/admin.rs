@@ -125,7 +125,7 @@ async fn budgets_change_at_runtime_roll_back_survive_restarts_and_reach_replicas
     assert_eq!(budgets(&a).await, v1, "refused changes changed nothing");
 
     // v2: the GPU profile, all at once.
-    let gpu = json!({"total_ms": 3000, "stages": {"cache": 10, "embed": 30, "retrieve": 60, "rerank": 150, "llm_ttft": 700, "llm_generate": 2000}});
+    let gpu = json!({"total_ms": 3000, "stages": {"cache": 10, "embed": 30, "retrieve": 60, "rerank": 150, "llm_ttft": 700, "llm_generate": 1950, "verify": 50}});
     let r = a
         .admin(reqwest::Method::PUT, "/admin/budgets", Some(gpu))
         .await;
@@ -234,7 +234,7 @@ async fn advice_fits_the_target_from_live_latencies_and_can_be_applied() {
     assert_eq!(r.status(), 200);
     let adv: Value = r.json().await.expect("json");
     let stages = adv["proposed"].as_object().cloned().unwrap_or_default();
-    assert_eq!(stages.len(), 6, "{adv}");
+    assert_eq!(stages.len(), 7, "{adv}");
     let sum: u64 = stages.values().filter_map(Value::as_u64).sum();
     assert!(sum <= 3000, "{adv}");
     assert_eq!(adv["fits"], true, "generation takes ~70 ms: {adv}");

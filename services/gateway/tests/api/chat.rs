@@ -242,7 +242,8 @@ async fn full_answers_are_cached_for_paraphrases_until_the_corpus_changes() {
             "retrieve",
             "rerank",
             "llm_ttft",
-            "llm_generate"
+            "llm_generate",
+            "verify"
         ]
     );
 

@@ -77,5 +77,48 @@ async fn needs_openai_client_streams_an_answer_with_citations() {
         // The real model answered in time: both LLM stages ran.
         assert!(stages.contains(&"llm_generate"), "{s}");
     }
+
+    // Each answer mode, streamed through the same client.
+    let outcome = |m: &Value, stage: &str| -> Option<String> {
+        m["budget"]["stages"]
+            .as_array()?
+            .iter()
+            .find(|x| x["stage"] == stage)?["outcome"]
+            .as_str()
+            .map(str::to_owned)
+    };
+    let e = &v["modes"]["extractive"];
+    assert_eq!(e["answer"], "extractive", "{e}");
+    assert!(
+        e["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("> ") && t.contains("ATP")),
+        "{e}"
+    );
+    assert_eq!(e["partial"], false, "chosen, not degraded: {e}");
+    assert!(e["grounding"].is_null(), "{e}");
+    assert_eq!(outcome(e, "llm_ttft").as_deref(), Some("skipped"), "{e}");
+    let q = &v["modes"]["quote_then_generate"];
+    assert_eq!(q["answer"], "quote_then_generate", "{q}");
+    assert!(
+        q["text"].as_str().is_some_and(|t| t.starts_with("> ")),
+        "{q}"
+    );
+    let g = &v["modes"]["generate"];
+    assert_eq!(g["answer"], "generate", "{g}");
+    for m in [q, g] {
+        if m["partial"] == false {
+            // The model answered: the grounding check ran on it (and gave
+            // its verdict unless it ran out of its 50 ms).
+            match outcome(m, "verify").as_deref() {
+                Some("ok") => {
+                    assert!(m["grounding"]["sentences"].is_u64(), "{m}");
+                    assert!(m["grounding"]["supported"].is_f64(), "{m}");
+                }
+                Some("timeout") => assert!(m["grounding"].is_null(), "{m}"),
+                other => panic!("verify {other:?}: {m}"),
+            }
+        }
+    }
     app.shutdown().await.expect("shutdown");
 }

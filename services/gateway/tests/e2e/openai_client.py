@@ -1,5 +1,6 @@
 """Asks ragtime a question through the official OpenAI Python client,
-streamed and not, and prints what came back as one JSON line.
+streamed and not, then streamed in each answer mode (ragtime's `answer`
+field), and prints what came back as one JSON line.
 
     python3 openai_client.py BASE_URL COLLECTION QUESTION
 """
@@ -34,7 +35,27 @@ extras = last.model_extra or {}
 full = client.chat.completions.create(
     model=model, messages=messages, max_tokens=48, temperature=0, extra_body=extra
 )
+
+def in_mode(answer):
+    """A streamed answer in one answer mode: its text and last chunk's fields."""
+    body = dict(extra, answer=answer)
+    text, last = "", None
+    for chunk in client.chat.completions.create(
+        model=model, messages=messages, stream=True, max_tokens=48, extra_body=body
+    ):
+        if chunk.choices and chunk.choices[0].delta.content:
+            text += chunk.choices[0].delta.content
+        if chunk.choices and chunk.choices[0].finish_reason:
+            last = chunk
+    x = last.model_extra or {}
+    return {"text": text, **{k: x.get(k) for k in
+            ("answer", "grounding", "partial", "partial_reason", "citations", "budget")}}
+
+
+modes = {m: in_mode(m) for m in ("generate", "extractive", "quote_then_generate")}
+
 print(json.dumps({
+    "modes": modes,
     "model": model,
     "stream": {
         "text": text,

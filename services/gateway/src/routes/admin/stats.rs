@@ -18,6 +18,16 @@ pub struct StatsOut {
     stages: BTreeMap<&'static str, StageOut>,
     rates: Rates,
     llm: LlmOut,
+    /// How chat answers are made (`[chat]`).
+    answers: AnswersOut,
+}
+
+#[derive(Serialize)]
+struct AnswersOut {
+    mode: &'static str,
+    on_ungrounded: ragtime_pipeline::chat::OnUngrounded,
+    temperature: f64,
+    max_tokens: u32,
 }
 
 /// The LLM backends and the degradation they cause.
@@ -91,8 +101,16 @@ pub async fn stats(
         hedged,
         requests,
     };
+    let a = state.config.answers();
+    let answers = AnswersOut {
+        mode: a.mode.name(),
+        on_ungrounded: a.on_ungrounded,
+        temperature: a.temperature,
+        max_tokens: a.max_tokens,
+    };
     Ok(Json(StatsOut {
         llm,
+        answers,
         window_s: m.window.window().as_secs(),
         total_ms: budgets.total_ms,
         stages,

@@ -2,9 +2,9 @@
 //! `GET /v1/models`.
 //!
 //! Extra request fields: `collection`, `filter`, `top_k`, `budget_ms`,
-//! `conversation_id`. Extra response fields (for streams, in the last
-//! chunk before `[DONE]`): `citations`, `partial`, `partial_reason`,
-//! `cached`, `budget`, `conversation_id`. A stream's first chunk carries
+//! `conversation_id`, `answer`. Extra response fields (for streams, in the
+//! last chunk before `[DONE]`): `citations`, `partial`, `partial_reason`,
+//! `cached`, `answer`, `grounding`, `budget`, `conversation_id`. A stream's first chunk carries
 //! `sources`, the passages the answer will rest on, before the LLM starts.
 
 mod request;
@@ -55,6 +55,16 @@ impl From<&ChatAnswer> for UsageOut {
     }
 }
 
+/// The grounding check's verdict.
+#[derive(Serialize)]
+struct GroundingOut<'a> {
+    /// Share of the answer's checkable sentences its sources support.
+    supported: f64,
+    grounded: bool,
+    sentences: usize,
+    unsupported: &'a [String],
+}
+
 /// The fields ragtime adds to OpenAI's shape.
 #[derive(Serialize)]
 struct Extras<'a> {
@@ -62,6 +72,11 @@ struct Extras<'a> {
     partial: bool,
     partial_reason: Option<&'a str>,
     cached: bool,
+    /// How the answer was made: `generate`, `extractive` or
+    /// `quote_then_generate`.
+    answer: &'static str,
+    /// `null` when no generated answer was checked.
+    grounding: Option<GroundingOut<'a>>,
     budget: &'a BudgetReport,
     conversation_id: &'a str,
 }
@@ -73,6 +88,13 @@ impl<'a> Extras<'a> {
             partial: a.partial,
             partial_reason: a.partial_reason.as_deref(),
             cached: a.cached,
+            answer: a.answer_mode.name(),
+            grounding: a.grounding.as_ref().map(|g| GroundingOut {
+                supported: (g.share() * 1000.0).round() / 1000.0,
+                grounded: g.grounded(),
+                sentences: g.sentences,
+                unsupported: &g.unsupported,
+            }),
             budget: &a.report,
             conversation_id: &meta.conversation_id,
         }

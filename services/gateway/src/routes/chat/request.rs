@@ -5,6 +5,7 @@ use crate::error::ApiError;
 use crate::routes::{check_budget_ms, check_collection, parse_filter};
 use ragtime_core::Message;
 use ragtime_pipeline::ChatQuery;
+use ragtime_pipeline::chat::AnswerMode;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -59,6 +60,8 @@ pub struct ChatIn {
     #[serde(default)]
     top_p: Option<f64>,
     #[serde(default)]
+    frequency_penalty: Option<f64>,
+    #[serde(default)]
     n: Option<u32>,
     #[serde(default)]
     collection: Option<String>,
@@ -70,6 +73,9 @@ pub struct ChatIn {
     budget_ms: Option<u64>,
     #[serde(default)]
     conversation_id: Option<String>,
+    /// `generate`, `extractive` or `quote_then_generate`.
+    #[serde(default)]
+    answer: Option<String>,
 }
 
 fn text_of(m: &MessageIn, i: usize) -> Result<String, ApiError> {
@@ -151,6 +157,15 @@ impl ChatIn {
                 "must be greater than 0 and at most 1",
             ));
         }
+        if self
+            .frequency_penalty
+            .is_some_and(|p| !(-2.0..=2.0).contains(&p))
+        {
+            return Err(ApiError::invalid(
+                "frequency_penalty",
+                "must be between -2 and 2",
+            ));
+        }
         for (name, v) in [
             ("max_tokens", self.max_tokens),
             ("max_completion_tokens", self.max_completion_tokens),
@@ -171,6 +186,26 @@ impl ChatIn {
             return Err(ApiError::invalid("conversation_id", msg));
         }
         Ok(())
+    }
+
+    fn answer_mode(&self) -> Result<Option<AnswerMode>, ApiError> {
+        let Some(name) = &self.answer else {
+            return Ok(None);
+        };
+        [
+            AnswerMode::Generate,
+            AnswerMode::Extractive,
+            AnswerMode::QuoteThenGenerate,
+        ]
+        .into_iter()
+        .find(|m| m.name() == name)
+        .map(Some)
+        .ok_or_else(|| {
+            ApiError::invalid(
+                "answer",
+                format!("{name:?} is not one of generate, extractive, quote_then_generate"),
+            )
+        })
     }
 
     /// The pipeline's chat query (`traceparent`: the caller's).
@@ -204,8 +239,11 @@ impl ChatIn {
             max_tokens: self.max_completion_tokens.or(self.max_tokens),
             temperature: self.temperature,
             top_p: self.top_p,
+            frequency_penalty: self.frequency_penalty,
             budget_ms: self.budget_ms,
             traceparent,
+            answer: self.answer_mode()?,
+            stream: self.stream,
         })
     }
 }

@@ -1,0 +1,333 @@
+//! `ragtime-bench answers`: what users read. The Rust Reference (the HTML
+//! the Rust toolchain installs with its documentation) is uploaded to
+//! ragtime on its embedded defaults, through `POST /v1/documents` as files
+//! named by their path; then every question of
+//! `answers/rust-reference.json` is asked, streamed, once per answer mode
+//! (`BENCH_MODES`, default all three), one at a time, semantic cache off.
+//!
+//! An answer is correct when the question's regex matches within its first
+//! 400 characters (a user reads the beginning; an answer that pastes every
+//! passage has answered nothing). Printed per mode: gold page cited, answer
+//! in the top-5 passages (`/v1/search`, hybrid), correct (of all, and of
+//! those whose answer was in the top 5), looping answers, time to first
+//! text p50/p95, total p95, partial answers, and the grounding check
+//! against correctness: of the wrong generated answers the share it marked
+//! unsupported, of the right ones the share it wrongly marked, and its
+//! time p95.
+//!
+//! `RAGTIME_REFERENCE` points at another copy of the Reference;
+//! `BENCH_QUESTIONS` limits the questions; `BENCH_SHOW=1` prints each
+//! answer.
+
+use crate::load::Server;
+use crate::stats::pct;
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use regex::RegexBuilder;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const FIRST_CHARS: usize = 400;
+
+#[derive(Deserialize)]
+struct QuestionSet {
+    questions: Vec<Question>,
+}
+
+#[derive(Deserialize)]
+struct Question {
+    id: String,
+    question: String,
+    answer: String,
+    gold: Vec<String>,
+}
+
+/// The Reference as the toolchain installed it.
+fn reference_dir() -> PathBuf {
+    if let Ok(p) = std::env::var("RAGTIME_REFERENCE") {
+        return PathBuf::from(p);
+    }
+    let out = std::process::Command::new("rustc")
+        .args(["--print", "sysroot"])
+        .output()
+        .expect("rustc --print sysroot");
+    let root = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    Path::new(&root).join("share/doc/rust/html/reference")
+}
+
+/// The site's pages as a user would upload them: every `.html` file but
+/// the all-in-one print page and the table of contents.
+fn pages(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d)
+            .expect("read the reference dir")
+            .flatten()
+        {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "html") {
+                let rel = p
+                    .strip_prefix(dir)
+                    .expect("under dir")
+                    .to_string_lossy()
+                    .replace('\\', "/");
+                if rel != "print.html" && rel != "toc.html" {
+                    out.push((rel, std::fs::read(&p).expect("read page")));
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// What one streamed answer came to.
+struct Answer {
+    text: String,
+    citations: Vec<String>,
+    reason: Option<String>,
+    first_text: Option<Duration>,
+    total: Duration,
+    /// The grounding verdict: `Some(grounded)` when checked.
+    grounded: Option<bool>,
+    verify_ms: Option<f64>,
+}
+
+async fn ask(http: &reqwest::Client, base: &str, q: &str, mode: &str) -> Answer {
+    let t0 = Instant::now();
+    let body = json!({"model": "m", "stream": true, "answer": mode,
+        "messages": [{"role": "user", "content": q}]});
+    let r = http
+        .post(format!("{base}/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .await
+        .expect("chat");
+    assert_eq!(r.status(), 200, "chat");
+    let mut a = Answer {
+        text: String::new(),
+        citations: Vec::new(),
+        reason: None,
+        first_text: None,
+        total: Duration::ZERO,
+        grounded: None,
+        verify_ms: None,
+    };
+    let mut events = r.bytes_stream().eventsource();
+    while let Some(Ok(ev)) = events.next().await {
+        if ev.data == "[DONE]" {
+            break;
+        }
+        let Ok(v) = serde_json::from_str::<Value>(&ev.data) else {
+            continue;
+        };
+        let text = v["choices"][0]["delta"]["content"]
+            .as_str()
+            .unwrap_or_default();
+        if a.first_text.is_none() && !text.is_empty() {
+            a.first_text = Some(t0.elapsed());
+        }
+        a.text.push_str(text);
+        if v.get("budget").is_some() {
+            a.reason = v["partial_reason"].as_str().map(str::to_owned);
+            a.citations = v["citations"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c["document_id"].as_str().map(str::to_owned))
+                .collect();
+            a.grounded = v["grounding"]["grounded"].as_bool();
+            a.verify_ms = v["budget"]["stages"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|s| s["stage"] == "verify" && s["outcome"] != "skipped")
+                .and_then(|s| s["elapsed_ms"].as_f64());
+        }
+    }
+    a.total = t0.elapsed();
+    a
+}
+
+/// Whether the answer repeats a line (or sentence) three times or more.
+fn loops(text: &str) -> bool {
+    let mut seen = std::collections::HashMap::new();
+    text.split(['\n', '.'])
+        .map(str::trim)
+        .filter(|l| l.len() > 12)
+        .any(|l| {
+            let n = seen.entry(l).or_insert(0);
+            *n += 1;
+            *n >= 3
+        })
+}
+
+fn first_chars(text: &str) -> String {
+    let t: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    t.chars().take(FIRST_CHARS).collect()
+}
+
+fn share(n: usize, of: usize) -> String {
+    if of == 0 {
+        "–".into()
+    } else {
+        format!("{:.2}", n as f64 / of as f64)
+    }
+}
+
+pub async fn answers() {
+    let dir = reference_dir();
+    let set: QuestionSet = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/answers/rust-reference.json"
+        ))
+        .expect("read the question set"),
+    )
+    .expect("parse the question set");
+    let limit = crate::env_usize("BENCH_QUESTIONS", usize::MAX);
+    let questions = &set.questions[..set.questions.len().min(limit)];
+    let modes: Vec<String> = std::env::var("BENCH_MODES")
+        .unwrap_or_else(|_| "extractive,generate,quote_then_generate".into())
+        .split(',')
+        .map(str::to_owned)
+        .collect();
+    let show = std::env::var("BENCH_SHOW").is_ok_and(|v| v == "1");
+    let pages = pages(&dir);
+    assert!(!pages.is_empty(), "no pages under {}", dir.display());
+    println!(
+        "\n## answers: the Rust Reference ({} pages from {}), {} questions",
+        pages.len(),
+        dir.display(),
+        questions.len()
+    );
+
+    let server = Server::start(|_| {}).await;
+    let http = reqwest::Client::new();
+    let t = Instant::now();
+    for batch in pages.chunks(10) {
+        let mut form = reqwest::multipart::Form::new();
+        for (name, bytes) in batch {
+            let part = reqwest::multipart::Part::bytes(bytes.clone()).file_name(name.clone());
+            form = form.part("file", part);
+        }
+        let r = http
+            .post(format!("{}/v1/documents", server.base))
+            .multipart(form)
+            .send()
+            .await
+            .expect("upload");
+        assert_eq!(
+            r.status(),
+            200,
+            "upload: {}",
+            r.text().await.unwrap_or_default()
+        );
+    }
+    println!("uploaded in {:.1} s", t.elapsed().as_secs_f64());
+
+    // Retrieval: the answer in the top-5 passages.
+    let mut in_top5 = vec![false; questions.len()];
+    for (i, q) in questions.iter().enumerate() {
+        let re = RegexBuilder::new(&q.answer)
+            .case_insensitive(true)
+            .build()
+            .expect("regex");
+        let r: Value = http
+            .post(format!("{}/v1/search", server.base))
+            .json(&json!({"query": q.question, "top_k": 5}))
+            .send()
+            .await
+            .expect("search")
+            .json()
+            .await
+            .expect("search json");
+        in_top5[i] = r["results"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|h| re.is_match(&first_chars_all(h["text"].as_str().unwrap_or_default())));
+    }
+    let top5 = in_top5.iter().filter(|x| **x).count();
+
+    println!(
+        "\n| mode | gold page cited | answer in top 5 | correct | correct, of top-5 | looping | partial | first text p50 / p95 ms | total p95 ms | unsupported: of wrong / of right | verify p95 ms |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for mode in &modes {
+        let (mut cited, mut correct, mut correct5, mut looping, mut partial) = (0, 0, 0, 0, 0);
+        let (mut first, mut total) = (Vec::new(), Vec::new());
+        let (mut wrong_flagged, mut wrong_checked, mut right_flagged, mut right_checked) =
+            (0, 0, 0, 0);
+        let mut verify = Vec::new();
+        for (i, q) in questions.iter().enumerate() {
+            let re = RegexBuilder::new(&q.answer)
+                .case_insensitive(true)
+                .build()
+                .expect("regex");
+            let a = ask(&http, &server.base, &q.question, mode).await;
+            let ok = re.is_match(&first_chars(&a.text));
+            if a.citations.iter().any(|c| q.gold.iter().any(|g| g == c)) {
+                cited += 1;
+            }
+            correct += usize::from(ok);
+            correct5 += usize::from(ok && in_top5[i]);
+            looping += usize::from(loops(&a.text) || a.reason.as_deref() == Some("degenerate"));
+            partial += usize::from(a.reason.is_some());
+            first.extend(a.first_text);
+            total.push(a.total);
+            if let Some(g) = a.grounded {
+                if ok {
+                    right_checked += 1;
+                    right_flagged += usize::from(!g);
+                } else {
+                    wrong_checked += 1;
+                    wrong_flagged += usize::from(!g);
+                }
+            }
+            if let Some(ms) = a.verify_ms {
+                verify.push(Duration::from_secs_f64(ms / 1000.0));
+            }
+            if show {
+                println!(
+                    "--- {} [{mode}] {} ({}; top5 {}; {:?})\n{}\n",
+                    q.id,
+                    q.question,
+                    if ok { "RIGHT" } else { "wrong" },
+                    in_top5[i],
+                    a.reason,
+                    first_chars(&a.text)
+                );
+            }
+        }
+        let n = questions.len();
+        println!(
+            "| {mode} | {} | {} | {} | {} | {looping} | {partial} | {:.0} / {:.0} | {:.0} | {} ({wrong_flagged}/{wrong_checked}) / {} ({right_flagged}/{right_checked}) | {} |",
+            share(cited, n),
+            share(top5, n),
+            share(correct, n),
+            share(correct5, top5),
+            pct(&mut first, 50.0),
+            pct(&mut first, 95.0),
+            pct(&mut total, 95.0),
+            share(wrong_flagged, wrong_checked),
+            share(right_flagged, right_checked),
+            if verify.is_empty() {
+                "–".into()
+            } else {
+                format!("{:.0}", pct(&mut verify, 95.0))
+            },
+        );
+    }
+    server.stop().await;
+}
+
+/// A passage's whole text with whitespace collapsed.
+fn first_chars_all(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}

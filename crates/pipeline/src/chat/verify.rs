@@ -1,0 +1,132 @@
+//! The grounding check (`verify`): each sentence of a generated answer
+//! against the passages it cites (all the prompt's passages when it cites
+//! none). A sentence is supported when every specific term in it — code,
+//! flag, path, number, identifier — occurs in those passages, and it says
+//! what one of their sentences says (cosine similarity under the embedding
+//! model). The answer and the passages' sentences are embedded in one
+//! batch.
+
+use crate::chat::text::{cited, content_words, normalised, sentences, specific_terms};
+use ragtime_core::{Cancel, Embedder, Grounding, Passage};
+use std::collections::HashSet;
+
+/// Similarity at which a source sentence is taken to say what an answer
+/// sentence says.
+pub const SUPPORT_COSINE: f32 = 0.62;
+/// Source sentences compared with each answer sentence at most (the ones
+/// sharing most words with it).
+const PER_SENTENCE: usize = 3;
+/// Answer sentences checked at most (the first ones: what a user reads),
+/// so the check fits its 50 ms on two cores.
+const MAX_CLAIMS: usize = 6;
+
+/// One answer sentence to check.
+struct Claim<'a> {
+    text: &'a str,
+    /// Indexes of the passages it rests on.
+    sources: Vec<usize>,
+    /// A specific term no source contains.
+    missing: Option<String>,
+    /// Indexes (into the batch) of the source sentences to compare with.
+    compare: Vec<usize>,
+}
+
+/// Whether `s` says anything that could be checked: a few words, not
+/// only citation marks or a list marker.
+fn checkable(s: &str) -> bool {
+    content_words(s).len() >= 3
+}
+
+/// Checks `answer` against `passages` (numbered from 1 as in the prompt).
+/// `None` when the check could not finish (the embedding failed or ran out
+/// of time): nothing is claimed either way.
+pub async fn check(
+    answer: &str,
+    passages: &[Passage],
+    embedder: &dyn Embedder,
+    cancel: Cancel,
+) -> Option<Grounding> {
+    let mut batch: Vec<String> = Vec::new();
+    let mut index: std::collections::HashMap<String, usize> = Default::default();
+    let texts: Vec<String> = passages
+        .iter()
+        .map(|p| normalised(&format!("{}\n{}", p.chunk.title, p.chunk.text)))
+        .collect();
+    let source_sentences: Vec<Vec<&str>> =
+        passages.iter().map(|p| sentences(&p.chunk.text)).collect();
+    let mut claims = Vec::new();
+    for s in sentences(answer)
+        .into_iter()
+        .filter(|s| checkable(s))
+        .take(MAX_CLAIMS)
+    {
+        let valid: Vec<usize> = cited(s)
+            .into_iter()
+            .filter(|n| (1..=passages.len()).contains(n))
+            .map(|n| n - 1)
+            .collect();
+        let sources = if valid.is_empty() {
+            (0..passages.len()).collect()
+        } else {
+            valid
+        };
+        let missing = specific_terms(s).into_iter().find(|t| {
+            let t = normalised(t);
+            !sources.iter().any(|&i| texts[i].contains(&t))
+        });
+        // The source sentences sharing most words with the claim.
+        let words: HashSet<String> = content_words(s).into_iter().collect();
+        let mut near: Vec<(usize, &str)> = sources
+            .iter()
+            .flat_map(|&i| source_sentences[i].iter().copied())
+            .map(|t| {
+                let w: HashSet<String> = content_words(t).into_iter().collect();
+                (words.intersection(&w).count(), t)
+            })
+            .collect();
+        near.sort_by_key(|n| std::cmp::Reverse(n.0));
+        near.truncate(PER_SENTENCE);
+        let mut compare = Vec::new();
+        for (_, t) in near {
+            let at = *index.entry(t.to_owned()).or_insert_with(|| {
+                batch.push(t.to_owned());
+                batch.len() - 1
+            });
+            compare.push(at);
+        }
+        claims.push(Claim {
+            text: s,
+            sources,
+            missing,
+            compare,
+        });
+    }
+    if claims.is_empty() {
+        return Some(Grounding::default());
+    }
+    let first_claim = batch.len();
+    batch.extend(claims.iter().map(|c| c.text.to_owned()));
+    let vectors = embedder.embed_passages(batch, cancel).await.ok()?;
+    let cos = |a: usize, b: usize| -> f32 {
+        vectors[a].iter().zip(&vectors[b]).map(|(x, y)| x * y).sum()
+    };
+    let mut g = Grounding::default();
+    for (k, c) in claims.iter().enumerate() {
+        let best = c
+            .compare
+            .iter()
+            .map(|&i| cos(first_claim + k, i))
+            .fold(f32::MIN, f32::max);
+        let said = best >= SUPPORT_COSINE;
+        g.sentences += 1;
+        match (&c.missing, said) {
+            (None, true) => g.supported += 1,
+            (Some(term), _) => g
+                .unsupported
+                .push(format!("{} (not in the sources: {term})", c.text)),
+            (None, false) => g.unsupported.push(c.text.to_owned()),
+        }
+        debug_assert!(!c.sources.is_empty() || passages.is_empty());
+    }
+    Some(g)
+}

@@ -1,0 +1,204 @@
+//! Answer modes and the grounding check, through the pipeline with fake
+//! stages on paused time.
+
+mod common;
+
+use common::{MS, World, backend, profile};
+use ragtime_core::{Outcome, Scope, Stage};
+use ragtime_pipeline::RequestBudget;
+use ragtime_pipeline::backend::{Backends, HedgePolicy};
+use ragtime_pipeline::chat::{
+    self, AnswerMode, CHAT_PLAN, ChatAnswer, ChatDeps, ChatEvent, ChatInput, OnUngrounded,
+};
+use ragtime_testkit::{End, HashEmbedder, MemoryRetriever, Script, ScriptedGenerator, chunk};
+use serde_json::json;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+const DOCS: [(&str, &str); 3] = [
+    (
+        "Creating a project",
+        "The new command creates a project folder. It also initializes a git repository by default. Pass --vcs none to skip the repository.",
+    ),
+    (
+        "Build cache",
+        "Builds are cached in the target folder. Set CARGO_TARGET_DIR to share one cache between projects.",
+    ),
+    (
+        "Publishing",
+        "The publish command uploads a package to the registry. A token is read from the credentials file.",
+    ),
+];
+
+fn corpus(e: &HashEmbedder) -> MemoryRetriever {
+    let chunks = DOCS
+        .iter()
+        .enumerate()
+        .map(|(i, (title, text))| chunk(i as i64 + 1, &format!("d{i}"), title, text, json!({})))
+        .collect();
+    MemoryRetriever::new(e, chunks)
+}
+
+/// A backend that answers `text`, word by word.
+fn says(text: &str) -> Arc<ScriptedGenerator> {
+    Arc::new(ScriptedGenerator::new(Script {
+        ttft: 200 * MS,
+        tokens: text.split_inclusive(' ').map(str::to_owned).collect(),
+        gap: 10 * MS,
+        end: End::Done("stop"),
+    }))
+}
+
+fn ask(query: &str, mode: AnswerMode, on: OnUngrounded, stream: bool) -> ChatInput {
+    ChatInput {
+        answer: mode,
+        on_ungrounded: on,
+        stream,
+        ..ChatInput::new(query, Scope::new("t", "c", "", 1), 3)
+    }
+}
+
+/// A turn: the answer, and each text event as it was sent.
+async fn turn(deps: &ChatDeps<'_>, input: &ChatInput) -> (ChatAnswer, Vec<String>) {
+    let (tx, mut rx) = mpsc::channel(256);
+    let budget = RequestBudget::start(&profile(), &CHAT_PLAN, None);
+    let answer = chat::run(&budget, deps, input, &tx).await;
+    drop(tx);
+    let mut texts = Vec::new();
+    while let Some(ev) = rx.recv().await {
+        if let ChatEvent::Text(t) = ev {
+            texts.push(t);
+        }
+    }
+    (answer, texts)
+}
+
+fn outcome(a: &ChatAnswer, s: Stage) -> Option<Outcome> {
+    a.report.stage(s).map(|r| r.outcome)
+}
+
+fn world(g: Arc<ScriptedGenerator>) -> World {
+    let e = HashEmbedder::new(256);
+    let r = corpus(&e);
+    let b = backend("scripted", g, 2, 1.0);
+    World::new(e, r, Backends::new(vec![b], HedgePolicy::default()))
+}
+
+/// A generated answer, `on` deciding what an unsupported one becomes.
+async fn generated(w: &World, on: OnUngrounded, stream: bool) -> (ChatAnswer, Vec<String>) {
+    turn(&w.deps(), &ask(QUESTION, AnswerMode::Generate, on, stream)).await
+}
+
+const QUESTION: &str = "how do I create a new project without a git repository";
+
+#[tokio::test(start_paused = true)]
+async fn the_extractive_mode_quotes_the_sources_without_asking_the_model() {
+    let g = says("never asked ");
+    let w = world(g.clone());
+    let (a, texts) = turn(
+        &w.deps(),
+        &ask(
+            QUESTION,
+            AnswerMode::Extractive,
+            OnUngrounded::Annotate,
+            true,
+        ),
+    )
+    .await;
+    assert!(g.requests().is_empty(), "the model was not called");
+    assert!(!a.partial, "chosen, not degraded: {:?}", a.partial_reason);
+    assert!(a.text.starts_with("> "), "{}", a.text);
+    assert!(a.text.contains("--vcs none"), "{}", a.text);
+    assert!(!a.text.contains("in time"), "{}", a.text);
+    assert_eq!(texts.concat(), a.text);
+    for s in [Stage::LlmTtft, Stage::LlmGenerate, Stage::Verify] {
+        assert_eq!(outcome(&a, s), Some(Outcome::Skipped), "{s}");
+    }
+    assert!(a.grounding.is_none());
+    assert_eq!(a.answer_mode, AnswerMode::Extractive);
+}
+
+#[tokio::test(start_paused = true)]
+async fn quote_then_generate_sends_the_quote_before_the_model_starts() {
+    let g = says("Pass --vcs none to the new command [1]. ");
+    let w = world(g.clone());
+    let (a, texts) = turn(
+        &w.deps(),
+        &ask(
+            QUESTION,
+            AnswerMode::QuoteThenGenerate,
+            OnUngrounded::Annotate,
+            true,
+        ),
+    )
+    .await;
+    assert_eq!(g.requests().len(), 1);
+    assert!(
+        texts[0].starts_with("> ") && texts[0].contains("--vcs none"),
+        "{texts:?}"
+    );
+    assert!(a.text.starts_with(&texts[0]));
+    assert!(
+        a.text.ends_with("Pass --vcs none to the new command [1]. "),
+        "{}",
+        a.text
+    );
+    assert!(!a.partial);
+    // Only the model's part is checked.
+    let g = a.grounding.expect("checked");
+    assert_eq!(g.sentences, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_naming_a_flag_no_source_has_is_unsupported_and_replaced_when_asked() {
+    let made_up = "Run the new command with --no-git-repo to skip the git repository [1]. ";
+    // Annotate: the answer stands, the verdict says why.
+    let w = world(says(made_up));
+    let (a, _) = generated(&w, OnUngrounded::Annotate, false).await;
+    assert_eq!(a.text, made_up);
+    let g = a.grounding.clone().expect("checked");
+    assert_eq!((g.sentences, g.supported), (1, 0));
+    assert!(g.unsupported[0].contains("--no-git-repo"), "{g:?}");
+    assert!(!a.partial);
+    assert_eq!(outcome(&a, Stage::Verify), Some(Outcome::Ok));
+
+    // Extractive, not streamed: replaced by the quote.
+    let (b, _) = generated(&w, OnUngrounded::Extractive, false).await;
+    assert!(b.partial);
+    assert_eq!(b.partial_reason.as_deref(), Some("ungrounded"));
+    assert!(!b.text.contains("--no-git-repo"), "{}", b.text);
+    assert!(b.text.contains("--vcs none"), "{}", b.text);
+
+    // Extractive, streamed: what was sent stands, the quote follows.
+    let (c, texts) = generated(&w, OnUngrounded::Extractive, true).await;
+    assert_eq!(c.partial_reason.as_deref(), Some("ungrounded"));
+    assert!(c.text.starts_with(made_up), "{}", c.text);
+    assert!(c.text.contains("What the sources say:") && c.text.contains("--vcs none"));
+    assert_eq!(texts.concat(), c.text);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_that_says_what_its_source_says_is_supported() {
+    let w = world(says(
+        "It initializes a git repository by default. Pass --vcs none to skip the repository [1]. ",
+    ));
+    let (a, _) = generated(&w, OnUngrounded::Extractive, false).await;
+    let g = a.grounding.clone().expect("checked");
+    assert_eq!((g.sentences, g.supported), (2, 2), "{g:?}");
+    assert!(!a.partial, "{:?}", a.partial_reason);
+    assert!(a.text.starts_with("It initializes"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_grounding_check_leaves_the_answer_unchecked_not_partial() {
+    let mut w = world(says("Pass --vcs none to skip the repository [1]. "));
+    w.e = HashEmbedder::new(256).with_delay(500 * MS);
+    let (a, _) = generated(&w, OnUngrounded::Extractive, false).await;
+    assert_eq!(outcome(&a, Stage::Verify), Some(Outcome::Timeout));
+    assert!(a.grounding.is_none());
+    assert!(
+        !a.partial || a.partial_reason.as_deref() != Some("verify"),
+        "{:?}",
+        a.partial_reason
+    );
+}
