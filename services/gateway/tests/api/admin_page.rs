@@ -82,7 +82,8 @@ async fn needs_chromium_an_admin_signs_in_changes_a_budget_and_it_is_applied() {
             "retrieve",
             "rerank",
             "llm_ttft",
-            "llm_generate"
+            "llm_generate",
+            "verify"
         ])
     );
 
