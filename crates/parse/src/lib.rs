@@ -1,5 +1,6 @@
 //! Documents from files: BEIR-style JSONL (optionally gzipped), plain text,
-//! Markdown, HTML (parsed by `html5ever` through `scraper`) and PDF. Shared
+//! Markdown (parsed by `pulldown-cmark`), HTML (parsed by `html5ever`
+//! through `scraper`) and PDF. Shared
 //! by `ragtime ingest` and the upload route.
 
 use ragtime_core::IngestDoc;
@@ -90,12 +91,8 @@ pub fn docs_from_file(name: &str, bytes: Vec<u8>) -> Result<Vec<IngestDoc>, File
     } else if lower.ends_with(".txt") {
         one(stem(name).to_owned(), utf8(name, bytes)?)
     } else if lower.ends_with(".md") || lower.ends_with(".markdown") {
-        let text = utf8(name, bytes)?;
-        let title = text
-            .lines()
-            .find_map(|l| l.strip_prefix("# ").map(|t| t.trim().to_owned()))
-            .unwrap_or_else(|| stem(name).to_owned());
-        one(title, text)
+        let (title, text) = markdown_text(&utf8(name, bytes)?);
+        one(title.unwrap_or_else(|| stem(name).to_owned()), text)
     } else if lower.ends_with(".html") || lower.ends_with(".htm") {
         let (title, text) = html_text(&utf8(name, bytes)?);
         one(title.unwrap_or_else(|| stem(name).to_owned()), text)
@@ -150,6 +147,72 @@ fn jsonl(name: &str, text: &str) -> Result<Vec<IngestDoc>, FileError> {
         return Err(format!("{name}: no documents"));
     }
     Ok(docs)
+}
+
+/// Text of a Markdown document, parsed by `pulldown-cmark`, and its first
+/// level-1 heading: each block (heading, paragraph, list item, table row,
+/// code block) on its own line(s); a paragraph wrapped over several lines
+/// of the file is one line (a sentence stays whole); code blocks keep
+/// their lines; a table row is one line, cells separated by ` | `; link
+/// targets, images and raw HTML dropped.
+pub fn markdown_text(md: &str) -> (Option<String>, String) {
+    use pulldown_cmark::{Event, HeadingLevel, Options, Parser, Tag, TagEnd};
+    let mut out = String::with_capacity(md.len());
+    let mut title: Option<String> = None;
+    let mut in_h1 = false;
+    let mut h1 = String::new();
+    let newline = |out: &mut String| {
+        if !out.is_empty() && !out.ends_with('\n') {
+            out.push('\n');
+        }
+    };
+    for ev in Parser::new_ext(md, Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH) {
+        match ev {
+            Event::Start(Tag::Heading { level, .. }) => {
+                newline(&mut out);
+                in_h1 = level == HeadingLevel::H1 && title.is_none();
+            }
+            Event::End(TagEnd::Heading(_)) => {
+                if in_h1 {
+                    title = Some(h1.trim().to_owned()).filter(|t| !t.is_empty());
+                    in_h1 = false;
+                }
+                newline(&mut out);
+            }
+            Event::Start(Tag::CodeBlock(_)) => {
+                newline(&mut out);
+            }
+            Event::End(TagEnd::CodeBlock) => {
+                newline(&mut out);
+            }
+            Event::Start(Tag::Paragraph | Tag::Item | Tag::TableRow | Tag::TableHead)
+            | Event::End(TagEnd::Paragraph | TagEnd::Item | TagEnd::TableRow | TagEnd::TableHead) => {
+                newline(&mut out)
+            }
+            Event::End(TagEnd::TableCell) => out.push_str(" | "),
+            Event::Text(t) | Event::Code(t) => {
+                if in_h1 {
+                    h1.push_str(&t);
+                }
+                out.push_str(&t);
+            }
+            Event::SoftBreak => out.push(' '),
+            Event::HardBreak => out.push('\n'),
+            _ => {}
+        }
+    }
+    let text = out
+        .lines()
+        .map(|l| {
+            l.trim_end()
+                .trim_end_matches(" |")
+                .trim_end_matches('|')
+                .trim_end()
+        })
+        .filter(|l| !l.trim().is_empty())
+        .collect::<Vec<_>>()
+        .join("\n");
+    (title, text)
 }
 
 /// Elements whose text starts and ends a line.
@@ -310,6 +373,18 @@ mod tests {
         assert_eq!(
             table, "Sizes:\nType | Size\nbool | 1",
             "a table row stays one line"
+        );
+    }
+
+    #[test]
+    fn markdown_keeps_wrapped_sentences_code_blocks_and_table_rows_whole() {
+        let (title, text) = markdown_text(
+            "# cargo new\n\nThis also initializes a new git\nrepository by default. Pass\n`--vcs none` to skip it.\n\n```sh\ncargo new hello\n  cd hello\n```\n\n- one item\n  wrapped\n- [two](https://example.com)\n\n| Type | Size |\n|---|---|\n| `bool` | 1 |\n",
+        );
+        assert_eq!(title.as_deref(), Some("cargo new"));
+        assert_eq!(
+            text,
+            "cargo new\nThis also initializes a new git repository by default. Pass --vcs none to skip it.\ncargo new hello\n  cd hello\none item wrapped\ntwo\nType | Size\nbool | 1"
         );
     }
 
