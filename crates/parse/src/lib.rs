@@ -28,8 +28,47 @@ fn utf8(name: &str, bytes: Vec<u8>) -> Result<String, FileError> {
     })
 }
 
-/// The file extensions this reads.
-pub const SUPPORTED: &str = ".txt, .md, .html, .htm, .pdf, .jsonl, .jsonl.gz";
+/// How a file is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    JsonlGz,
+    Jsonl,
+    Text,
+    Markdown,
+    Html,
+    Pdf,
+}
+
+/// The file extensions this reads (lower case; longest first where one
+/// ends another).
+const FORMATS: &[(&str, Format)] = &[
+    (".jsonl.gz", Format::JsonlGz),
+    (".json.gz", Format::JsonlGz),
+    (".jsonl", Format::Jsonl),
+    (".txt", Format::Text),
+    (".md", Format::Markdown),
+    (".markdown", Format::Markdown),
+    (".html", Format::Html),
+    (".htm", Format::Html),
+    (".pdf", Format::Pdf),
+];
+
+fn format(name: &str) -> Option<Format> {
+    let lower = name.to_ascii_lowercase();
+    FORMATS
+        .iter()
+        .find(|(ext, _)| lower.ends_with(ext))
+        .map(|(_, f)| *f)
+}
+
+/// The extensions, for messages.
+fn supported() -> String {
+    FORMATS
+        .iter()
+        .map(|(ext, _)| *ext)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 /// A document id from the path a file was given by: its folders kept
 /// (`guide/build-cache.html` and `reference/build-cache.html` are two
@@ -44,27 +83,13 @@ pub fn document_id(path: &str) -> String {
 
 /// Whether this reads files named `name` (by extension).
 pub fn is_supported(name: &str) -> bool {
-    let lower = name.to_ascii_lowercase();
-    [
-        ".jsonl.gz",
-        ".json.gz",
-        ".jsonl",
-        ".txt",
-        ".md",
-        ".markdown",
-        ".html",
-        ".htm",
-        ".pdf",
-    ]
-    .iter()
-    .any(|ext| lower.ends_with(ext))
+    format(name).is_some()
 }
 
 /// Reads `bytes` named `name` into documents. Text formats become one
 /// document whose id is the file's path as given ([`document_id`]); JSONL
 /// has one document per line.
 pub fn docs_from_file(name: &str, bytes: Vec<u8>) -> Result<Vec<IngestDoc>, FileError> {
-    let lower = name.to_ascii_lowercase();
     let base = document_id(name);
     let one = |title: String, text: String| -> Result<Vec<IngestDoc>, FileError> {
         if text.trim().is_empty() {
@@ -80,30 +105,35 @@ pub fn docs_from_file(name: &str, bytes: Vec<u8>) -> Result<Vec<IngestDoc>, File
             metadata: Map::from_iter([("source".to_owned(), Value::String(base.clone()))]),
         }])
     };
-    if lower.ends_with(".jsonl.gz") || lower.ends_with(".json.gz") {
-        let mut out = Vec::new();
-        flate2::read::GzDecoder::new(bytes.as_slice())
-            .read_to_end(&mut out)
-            .map_err(|e| format!("{name}: not a gzip file: {e}"))?;
-        jsonl(name, &utf8(name, out)?)
-    } else if lower.ends_with(".jsonl") {
-        jsonl(name, &utf8(name, bytes)?)
-    } else if lower.ends_with(".txt") {
-        one(stem(name).to_owned(), utf8(name, bytes)?)
-    } else if lower.ends_with(".md") || lower.ends_with(".markdown") {
-        let (title, text) = markdown_text(&utf8(name, bytes)?);
-        one(title.unwrap_or_else(|| stem(name).to_owned()), text)
-    } else if lower.ends_with(".html") || lower.ends_with(".htm") {
-        let (title, text) = html_text(&utf8(name, bytes)?);
-        one(title.unwrap_or_else(|| stem(name).to_owned()), text)
-    } else if lower.ends_with(".pdf") {
-        let text = pdf_extract::extract_text_from_mem(&bytes)
-            .map_err(|e| format!("{name}: cannot read the PDF: {e}"))?;
-        one(stem(name).to_owned(), text)
-    } else {
-        Err(format!(
-            "{name}: unsupported file type (supported: {SUPPORTED})"
-        ))
+    let Some(f) = format(name) else {
+        return Err(format!(
+            "{name}: unsupported file type (supported: {})",
+            supported()
+        ));
+    };
+    match f {
+        Format::JsonlGz => {
+            let mut out = Vec::new();
+            flate2::read::GzDecoder::new(bytes.as_slice())
+                .read_to_end(&mut out)
+                .map_err(|e| format!("{name}: not a gzip file: {e}"))?;
+            jsonl(name, &utf8(name, out)?)
+        }
+        Format::Jsonl => jsonl(name, &utf8(name, bytes)?),
+        Format::Text => one(stem(name).to_owned(), utf8(name, bytes)?),
+        Format::Markdown => {
+            let (title, text) = markdown_text(&utf8(name, bytes)?);
+            one(title.unwrap_or_else(|| stem(name).to_owned()), text)
+        }
+        Format::Html => {
+            let (title, text) = html_text(&utf8(name, bytes)?);
+            one(title.unwrap_or_else(|| stem(name).to_owned()), text)
+        }
+        Format::Pdf => {
+            let text = pdf_extract::extract_text_from_mem(&bytes)
+                .map_err(|e| format!("{name}: cannot read the PDF: {e}"))?;
+            one(stem(name).to_owned(), text)
+        }
     }
 }
 
