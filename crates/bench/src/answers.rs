@@ -168,8 +168,7 @@ fn loops(text: &str) -> bool {
 }
 
 fn first_chars(text: &str) -> String {
-    let t: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    t.chars().take(FIRST_CHARS).collect()
+    collapsed(text).chars().take(FIRST_CHARS).collect()
 }
 
 fn share(n: usize, of: usize) -> String {
@@ -251,7 +250,7 @@ pub async fn answers() {
             .as_array()
             .into_iter()
             .flatten()
-            .any(|h| re.is_match(&first_chars_all(h["text"].as_str().unwrap_or_default())));
+            .any(|h| re.is_match(&collapsed(h["text"].as_str().unwrap_or_default())));
     }
     let top5 = in_top5.iter().filter(|x| **x).count();
 
@@ -327,7 +326,7 @@ pub async fn answers() {
     server.stop().await;
 }
 
-/// A passage's whole text with whitespace collapsed.
-fn first_chars_all(text: &str) -> String {
+/// `text` with runs of whitespace as one space.
+fn collapsed(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }

@@ -62,7 +62,7 @@ impl Default for AnswerSettings {
             on_ungrounded: OnUngrounded::Annotate,
             temperature: 0.0,
             frequency_penalty: 0.5,
-            max_tokens: 256,
+            max_tokens: crate::chat::DEFAULT_MAX_TOKENS,
         }
     }
 }

@@ -11,8 +11,8 @@ use std::time::Duration;
 /// answer briefly and quote (measured with `ragtime-bench answers`).
 pub(crate) const SYSTEM: &str = "Answer the question in one or two sentences, using only the numbered sources below. Quote the exact command, flag, attribute, keyword, file name or value the sources give, and cite the source like [1]. If the sources do not contain the answer, say that you do not know.";
 
-/// Default `max_tokens` when the client sets none.
-pub const DEFAULT_MAX_TOKENS: u32 = 512;
+/// Default `max_tokens` when the client sets none (`chat.max_tokens`).
+pub const DEFAULT_MAX_TOKENS: u32 = 256;
 /// Share of the `llm_ttft` allotment the prompt may fill (the rest is
 /// headroom for queueing and estimation error).
 const TTFT_SHARE: f64 = 0.7;
@@ -219,7 +219,7 @@ mod tests {
             None,
         );
         assert_eq!(p.max_chars, 2400);
-        // 2 s at 10 ms a token: 201 tokens fit, under the 512 default.
+        // 2 s at 10 ms a token: 201 tokens fit, under the 256 default.
         assert_eq!(p.output_cap, 201);
         // The client's own max_tokens is smaller: it stands.
         let p = PromptPlan::new(

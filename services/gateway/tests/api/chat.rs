@@ -438,6 +438,16 @@ async fn bad_chat_requests_name_the_field_and_reach_no_backend() {
             "temperature",
         ),
         (
+            json!({"model": "m", "messages": [user(json!("hi"))], "answer": "summarise"}),
+            422,
+            "answer",
+        ),
+        (
+            json!({"model": "m", "messages": [user(json!("hi"))], "frequency_penalty": 2.5}),
+            422,
+            "frequency_penalty",
+        ),
+        (
             json!({"model": "m", "messages": [user(json!("hi"))], "max_tokens": 0}),
             422,
             "max_tokens",
