@@ -193,6 +193,7 @@ fn as_docs(corpus: &[(String, String, String)]) -> Vec<IngestDoc> {
             title: title.clone(),
             text: text.clone(),
             metadata: serde_json::Map::new(),
+            sections: Vec::new(),
         })
         .collect()
 }
@@ -434,6 +435,7 @@ async fn vectors(rag: &Rag, data: &SciFact) {
             external_id: format!("{}#{i}", src.external_id),
             position: 0,
             title: src.title.clone(),
+            section: String::new(),
             metadata: Arc::new(serde_json::json!({"bucket": id % 1000})),
             text: src.text.clone(),
         };

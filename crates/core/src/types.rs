@@ -12,6 +12,31 @@ pub struct IngestDoc {
     pub title: String,
     pub text: String,
     pub metadata: serde_json::Map<String, Value>,
+    /// Where each section of `text` begins (a heading's line), in order;
+    /// empty for text without structure.
+    pub sections: Vec<Section>,
+}
+
+/// A section of a document's text: the byte offset where its heading's
+/// line begins, and its path, the headings above it and its own,
+/// outermost first, joined by [`SECTION_SEP`] ("Type layout › Size").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Section {
+    pub start: usize,
+    pub path: String,
+}
+
+/// Separates the parts of a section path, and a title from its section.
+pub const SECTION_SEP: &str = " \u{203a} ";
+
+impl IngestDoc {
+    /// The path of the section that holds byte `at` of the text (empty
+    /// before the first heading).
+    pub fn section_at(&self, at: usize) -> &str {
+        let i = self.sections.partition_point(|s| s.start <= at);
+        i.checked_sub(1)
+            .map_or("", |i| self.sections[i].path.as_str())
+    }
 }
 
 /// One chunk of a document, as the indexes, the prompt and the results see
@@ -24,8 +49,23 @@ pub struct Chunk {
     pub external_id: String,
     pub position: i32,
     pub title: String,
+    /// The section path of the chunk's first line (empty when its
+    /// document has no headings).
+    pub section: String,
     pub metadata: Arc<Value>,
     pub text: String,
+}
+
+impl Chunk {
+    /// Where the chunk stands, as a reader is told: "title › section",
+    /// either alone when the other is empty.
+    pub fn heading(&self) -> String {
+        match (self.title.is_empty(), self.section.is_empty()) {
+            (_, true) => self.title.clone(),
+            (true, false) => self.section.clone(),
+            (false, false) => format!("{}{SECTION_SEP}{}", self.title, self.section),
+        }
+    }
 }
 
 /// A scored retrieval hit (higher is better).
@@ -48,6 +88,8 @@ pub struct Citation {
     pub document_id: String,
     pub chunk_id: i64,
     pub title: String,
+    /// The passage's section path ("" when its document has none).
+    pub section: String,
     pub snippet: String,
 }
 

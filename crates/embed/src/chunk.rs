@@ -12,11 +12,18 @@ pub struct TextChunk {
     /// Byte range in the source text.
     pub start: usize,
     pub end: usize,
+    /// The byte whose section the chunk is in: its start, or the start of
+    /// a section that begins in its first quarter.
+    pub anchor: usize,
 }
 
 /// Splits text into windows of at most `max_tokens` tokens that overlap by
-/// about `overlap` tokens. Windows end at a sentence end when one falls in
-/// their last third, and never inside a word.
+/// about `overlap` tokens. A window ends where a section begins when one
+/// falls past its first quarter (and the next starts there, without
+/// overlap), else at a line's end (a block: paragraph, list item, code
+/// line) in its last half, else at a sentence end in its last third, and
+/// never inside a word; the overlap begins at a sentence start when one
+/// falls in it.
 pub struct Chunker {
     tokenizer: Tokenizer,
     max_tokens: usize,
@@ -47,13 +54,21 @@ impl Chunker {
         Ok(Self::new(t, max_tokens, overlap))
     }
 
+    /// [`Chunker::chunk_sections`] for text without sections.
     pub fn chunk(&self, text: &str) -> Vec<TextChunk> {
+        self.chunk_sections(text, &[])
+    }
+
+    /// Chunks `text` whose sections begin at the byte offsets `sections`
+    /// (ascending).
+    pub fn chunk_sections(&self, text: &str, sections: &[usize]) -> Vec<TextChunk> {
         let Ok(enc) = self.tokenizer.encode(text, false) else {
             return vec![TextChunk {
                 text: text.to_owned(),
                 tokens: 0,
                 start: 0,
                 end: text.len(),
+                anchor: 0,
             }];
         };
         let offsets = enc.get_offsets();
@@ -63,18 +78,35 @@ impl Chunker {
         }
         // Token i continues a word when it starts where the previous ended.
         let continues = |i: usize| i > 0 && i < n && offsets[i].0 == offsets[i - 1].1;
+        // A section begins between token i and i + 1.
+        let section_after = |i: usize| {
+            i + 1 < n && {
+                let (gap_start, gap_end) = (offsets[i].1, offsets[i + 1].0);
+                let k = sections.partition_point(|&s| s <= gap_start);
+                sections.get(k).is_some_and(|&s| s <= gap_end)
+            }
+        };
+        let line_end = |i: usize| text[offsets[i].1..].starts_with('\n');
+        // Punctuation followed by a space or a line's end ("3.14" and
+        // "e.g.x" are not ends).
         let sentence_end = |i: usize| {
             let (s, e) = offsets[i];
-            matches!(&text[s..e], "." | "!" | "?" | ";") || text[e..].starts_with('\n')
+            (matches!(&text[s..e], "." | "!" | "?" | ";") && !continues(i + 1)) || line_end(i)
         };
         let mut chunks = Vec::new();
         let mut start = 0usize;
         loop {
             let mut end = (start + self.max_tokens).min(n);
-            if end < n {
-                // Prefer a sentence end in the last third of the window.
-                let floor = start + self.max_tokens * 2 / 3;
-                if let Some(i) = (floor..end).rev().find(|&i| sentence_end(i)) {
+            let mut at_section = false;
+            let limit = end;
+            let after = |frac: usize| start + self.max_tokens * frac / 12;
+            if let Some(i) = (after(3)..limit).find(|&i| section_after(i)) {
+                end = i + 1;
+                at_section = true;
+            } else if end < n {
+                if let Some(i) = (after(6)..limit).rev().find(|&i| line_end(i)) {
+                    end = i + 1;
+                } else if let Some(i) = (after(8)..limit).rev().find(|&i| sentence_end(i)) {
                     end = i + 1;
                 } else {
                     while end > start + 1 && continues(end) {
@@ -83,16 +115,37 @@ impl Chunker {
                 }
             }
             let (bs, be) = (offsets[start].0, offsets[end - 1].1);
+            let anchor = (start..after(3).min(end))
+                .find(|&i| section_after(i))
+                .map_or(bs, |i| offsets[i + 1].0);
             chunks.push(TextChunk {
                 text: text[bs..be].to_owned(),
                 tokens: end - start,
                 start: bs,
                 end: be,
+                anchor,
             });
             if end >= n {
                 break;
             }
+            if at_section {
+                start = end;
+                continue;
+            }
             let mut next = end.saturating_sub(self.overlap).max(start + 1);
+            // No overlap across a section's start; else begin the overlap
+            // at a sentence's start: within the overlap, else up to twice
+            // as far back, else none when the window ended a sentence.
+            let back = end.saturating_sub(2 * self.overlap).max(start + 1);
+            if let Some(i) = (next - 1..end).rev().find(|&i| section_after(i)) {
+                next = i + 1;
+            } else if let Some(i) = (next - 1..end - 1).find(|&i| sentence_end(i)) {
+                next = i + 1;
+            } else if let Some(i) = (back - 1..next - 1).rev().find(|&i| sentence_end(i)) {
+                next = i + 1;
+            } else if sentence_end(end - 1) {
+                next = end;
+            }
             while next < end && continues(next) {
                 next += 1;
             }

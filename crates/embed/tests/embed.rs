@@ -138,7 +138,7 @@ fn chunks_fit_the_window_overlap_and_cover_the_text() {
     assert_eq!(chunks[0].start, 0);
     assert_eq!(chunks.last().map(|c| c.end), Some(text.trim_end().len()));
     for w in chunks.windows(2) {
-        assert!(w[1].start < w[0].end, "consecutive chunks overlap");
+        assert!(w[1].start <= w[0].end, "no text falls between chunks");
         assert!(w[1].start > w[0].start, "chunking moves forward");
     }
     for c in &chunks {
@@ -158,6 +158,11 @@ fn chunks_fit_the_window_overlap_and_cover_the_text() {
             c.text
         );
     }
+    let overlapping = chunks.windows(2).filter(|w| w[1].start < w[0].end).count();
+    assert!(
+        overlapping * 2 >= chunks.len() - 1,
+        "most chunks overlap the next"
+    );
     // Most chunks end at a sentence boundary.
     let at_sentence = chunks.iter().filter(|c| c.text.ends_with('.')).count();
     assert!(
@@ -167,6 +172,59 @@ fn chunks_fit_the_window_overlap_and_cover_the_text() {
     );
     assert_eq!(chunker.chunk("short text").len(), 1);
     assert!(chunker.chunk("").is_empty());
+}
+
+#[test]
+fn chunks_end_where_sections_begin_and_start_at_sentences() {
+    let e = embedder();
+    let chunker = e.chunker(40, 10);
+    // Three sections: a heading line, then paragraphs (one per line).
+    let mut text = String::new();
+    let mut starts = Vec::new();
+    for h in ["Proteostasis", "Ageing in mice", "Therapies"] {
+        starts.push(text.len());
+        text.push_str(h);
+        text.push('\n');
+        for s in LONG.split(". ").take(4) {
+            text.push_str(s.trim_end_matches('.'));
+            text.push_str(".\n");
+        }
+    }
+    let text = text.trim_end().to_owned();
+    let chunks = chunker.chunk_sections(&text, &starts);
+    for c in &chunks {
+        assert!(c.tokens <= 40, "{} tokens", c.tokens);
+        // No chunk runs on past a section start beyond its first quarter.
+        for &s in &starts {
+            if s > c.start && s < c.end {
+                assert!(c.anchor == s, "section at {s} inside {:?}", c.text);
+            }
+        }
+        // A chunk starts at a line or sentence start.
+        let before = text[..c.start].trim_end().chars().last();
+        assert!(
+            before.is_none_or(|ch| ch == '.' || text[..c.start].ends_with('\n')),
+            "starts mid-sentence: {:?}",
+            c.text
+        );
+    }
+    for &s in &starts {
+        assert!(
+            chunks.iter().any(|c| c.start == s),
+            "a chunk starts at the heading at {s}"
+        );
+    }
+    // Without sections the same text still chunks at line ends.
+    let plain = chunker.chunk(&text);
+    let at_line = plain[..plain.len() - 1]
+        .iter()
+        .filter(|c| text[c.end..].starts_with('\n'))
+        .count();
+    assert!(
+        at_line * 2 >= plain.len() - 1,
+        "{at_line} of {}",
+        plain.len()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -60,6 +60,7 @@ impl PendingDoc {
             chunks: chunks
                 .map(|(i, (c, embedding))| NewChunk {
                     position: i as i32,
+                    section: self.doc.section_at(c.anchor).to_owned(),
                     text: c.text.clone(),
                     tokens: c.tokens as i32,
                     embedding,
@@ -87,6 +88,7 @@ fn index_entries(
                 external_id: doc.id.clone(),
                 position: c.position,
                 title: doc.title.clone(),
+                section: c.section,
                 metadata: meta.clone(),
                 text: c.text,
             };
@@ -109,6 +111,11 @@ pub struct ChunkParams {
     pub max_tokens: usize,
     pub overlap: usize,
 }
+
+/// The chunking rules' version, part of the content hash: a document
+/// stored under older rules is chunked and embedded again on its next
+/// ingest.
+const CHUNKING: &str = "s2";
 
 pub struct Corpus {
     pub store: Store,
@@ -137,13 +144,16 @@ fn digest(parts: &[&[u8]]) -> String {
         .collect()
 }
 
-/// The text embedded for a chunk: its document's title, then the chunk.
-fn embed_text(title: &str, chunk: &str) -> String {
-    if title.is_empty() {
-        chunk.to_owned()
-    } else {
-        format!("{title}\n{chunk}")
-    }
+/// The text embedded for a chunk: where it stands (its document's title
+/// and section path), then the chunk.
+fn embed_text(title: &str, section: &str, chunk: &str) -> String {
+    let at = match (title.is_empty(), section.is_empty()) {
+        (true, true) => return chunk.to_owned(),
+        (false, true) => title.to_owned(),
+        (true, false) => section.to_owned(),
+        (false, false) => format!("{title}{}{section}", ragtime_core::SECTION_SEP),
+    };
+    format!("{at}\n{chunk}")
 }
 
 impl Corpus {
@@ -194,6 +204,7 @@ impl Corpus {
                     external_id: c.external_id,
                     position: c.position,
                     title: c.title,
+                    section: c.section,
                     metadata,
                     text: c.text,
                 },
@@ -266,12 +277,18 @@ impl Corpus {
     }
 
     fn content_hash(&self, doc: &IngestDoc, metadata: &str) -> String {
+        let sections: String = doc
+            .sections
+            .iter()
+            .map(|s| format!("{}:{}\n", s.start, s.path))
+            .collect();
         format!(
-            "{}-{}-{}",
+            "{}-{}-{}-{CHUNKING}",
             digest(&[
                 doc.title.as_bytes(),
                 doc.text.as_bytes(),
-                metadata.as_bytes()
+                metadata.as_bytes(),
+                sections.as_bytes(),
             ]),
             self.params.max_tokens,
             self.params.overlap
@@ -325,11 +342,17 @@ impl Corpus {
     ) -> Result<(), CorpusError> {
         let mut docs: Vec<&mut PendingDoc> = docs.collect();
         for p in docs.iter_mut() {
-            p.pieces = tokio::task::block_in_place(|| self.chunker.chunk(&p.doc.text));
+            let starts: Vec<usize> = p.doc.sections.iter().map(|s| s.start).collect();
+            p.pieces =
+                tokio::task::block_in_place(|| self.chunker.chunk_sections(&p.doc.text, &starts));
         }
         let texts: Vec<String> = docs
             .iter()
-            .flat_map(|p| p.pieces.iter().map(|c| embed_text(&p.doc.title, &c.text)))
+            .flat_map(|p| {
+                p.pieces
+                    .iter()
+                    .map(|c| embed_text(&p.doc.title, p.doc.section_at(c.anchor), &c.text))
+            })
             .collect();
         let mut vectors = self
             .embedder

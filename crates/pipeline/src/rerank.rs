@@ -22,12 +22,14 @@ pub struct RerankParams {
     pub weight: f32,
 }
 
-/// The text a cross-encoder sees for a hit (title, then the chunk).
+/// The text a cross-encoder sees for a hit (title and section, then the
+/// chunk).
 pub fn passage(hit: &Passage) -> String {
-    if hit.chunk.title.is_empty() {
+    let heading = hit.chunk.heading();
+    if heading.is_empty() {
         hit.chunk.text.clone()
     } else {
-        format!("{} {}", hit.chunk.title, hit.chunk.text)
+        format!("{heading} {}", hit.chunk.text)
     }
 }
 

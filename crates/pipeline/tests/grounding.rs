@@ -5,7 +5,7 @@
 
 use ragtime_core::{Cancel, Passage};
 use ragtime_embed::{EmbedService, EmbedderOptions, OnnxEmbedder, ServiceOptions};
-use ragtime_pipeline::chat::check_grounding;
+use ragtime_pipeline::chat::{check_grounding, embed_sources};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -51,13 +51,23 @@ async fn paraphrases_are_supported_and_made_up_flags_or_claims_are_not() {
             "The size of a value is always a multiple of its alignment. A bool has a size and alignment of 1.",
         ),
     ];
+    let ahead = embed_sources(&sources, &svc, Cancel::new()).await;
+    assert_eq!(ahead.len(), 5, "every source sentence embedded ahead");
     let check = |answer: &'static str| {
         let svc = &svc;
         let sources = &sources;
+        let ahead = &ahead;
         async move {
-            check_grounding(answer, sources, svc, Cancel::new())
+            let cold = check_grounding(answer, sources, &Default::default(), svc, Cancel::new())
                 .await
-                .expect("the check finishes without a deadline")
+                .expect("the check finishes without a deadline");
+            let warm = check_grounding(answer, sources, ahead, svc, Cancel::new()).await;
+            assert_eq!(
+                Some(&cold),
+                warm.as_ref(),
+                "sentences embedded ahead give the same verdict"
+            );
+            cold
         }
     };
 

@@ -47,6 +47,7 @@ fn doc(id: &str, text: &str) -> IngestDoc {
         title: String::new(),
         text: text.into(),
         metadata: serde_json::Map::new(),
+        sections: Vec::new(),
     }
 }
 

@@ -84,6 +84,7 @@ fn needs_shared_reranking_does_not_lower_ndcg_on_scifact_train() {
                     external_id: id.clone(),
                     position: 0,
                     title: title.clone(),
+                    section: String::new(),
                     metadata: Arc::new(serde_json::json!({})),
                     text: text.clone(),
                 },

@@ -1,4 +1,5 @@
-//! BM25 over chunk titles and texts with tantivy (English stemming).
+//! BM25 over chunks' titles with their section paths, and their texts,
+//! with tantivy (English stemming).
 
 use crate::collection::Allowed;
 use crate::{Chunk, Hit, IndexError};
@@ -52,7 +53,8 @@ impl Lexical {
         for c in chunks {
             w.add_document(doc!(
                 self.chunk_id => c.chunk_id as u64,
-                self.title => c.title.as_str(),
+                // Where the chunk stands: its title and section path.
+                self.title => c.heading(),
                 self.text => c.text.as_str(),
             ))?;
         }

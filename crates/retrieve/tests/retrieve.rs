@@ -52,6 +52,7 @@ fn entry(id: i64, text: &str, meta: serde_json::Value) -> Chunk {
         external_id: format!("doc-{id}"),
         position: 0,
         title: String::new(),
+        section: String::new(),
         metadata: Arc::new(meta),
         text: text.to_owned(),
     }

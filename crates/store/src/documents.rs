@@ -9,6 +9,8 @@ use crate::{Pool, Store, StoreError, now_ms};
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewChunk {
     pub position: i32,
+    /// The section path of the chunk's first line ("" when none).
+    pub section: String,
     pub text: String,
     pub tokens: i32,
     pub embedding: Vec<f32>,
@@ -64,6 +66,7 @@ pub struct DocumentRecord {
 pub struct ChunkRecord {
     pub id: i64,
     pub position: i32,
+    pub section: String,
     pub text: String,
     pub tokens: i32,
 }
@@ -77,6 +80,7 @@ pub struct IndexChunk {
     pub external_id: String,
     pub position: i32,
     pub title: String,
+    pub section: String,
     pub metadata: String,
     pub text: String,
     pub embedding: Vec<f32>,
@@ -103,10 +107,11 @@ type IndexRow = (
     String,
     String,
     String,
+    String,
     Vec<u8>,
 );
 
-const INDEX_SELECT: &str = "SELECT c.id, d.id, col.name, d.external_id, c.position, d.title, d.metadata, c.text, c.embedding \
+const INDEX_SELECT: &str = "SELECT c.id, d.id, col.name, d.external_id, c.position, d.title, c.section, d.metadata, c.text, c.embedding \
      FROM chunks c JOIN documents d ON d.id = c.document_id JOIN collections col ON col.id = d.collection_id";
 
 fn to_index(r: IndexRow) -> IndexChunk {
@@ -117,9 +122,10 @@ fn to_index(r: IndexRow) -> IndexChunk {
         external_id: r.3,
         position: r.4,
         title: r.5,
-        metadata: r.6,
-        text: r.7,
-        embedding: decode_vector(&r.8),
+        section: r.6,
+        metadata: r.7,
+        text: r.8,
+        embedding: decode_vector(&r.9),
     }
 }
 
@@ -237,10 +243,11 @@ impl Store {
                 let mut chunk_ids = Vec::with_capacity(doc.chunks.len());
                 for c in &doc.chunks {
                     let id: i64 = sqlx::query_scalar(
-                        "INSERT INTO chunks (document_id, position, text, tokens, embedding) VALUES ($1, $2, $3, $4, $5) RETURNING id",
+                        "INSERT INTO chunks (document_id, position, section, text, tokens, embedding) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
                     )
                     .bind(document_id)
                     .bind(c.position)
+                    .bind(&c.section)
                     .bind(&c.text)
                     .bind(c.tokens)
                     .bind(encode_vector(&c.embedding))
@@ -322,8 +329,8 @@ impl Store {
         let Some((id, collection, title, metadata, content_hash, updated_ms)) = row else {
             return Ok(None);
         };
-        let q = "SELECT id, position, text, tokens FROM chunks WHERE document_id = $1 ORDER BY position";
-        let chunks: Vec<(i64, i32, String, i32)> =
+        let q = "SELECT id, position, section, text, tokens FROM chunks WHERE document_id = $1 ORDER BY position";
+        let chunks: Vec<(i64, i32, String, String, i32)> =
             on_pool!(self, p => sqlx::query_as(q).bind(id).fetch_all(p).await?);
         Ok(Some(DocumentRecord {
             id,
@@ -335,9 +342,10 @@ impl Store {
             updated_ms,
             chunks: chunks
                 .into_iter()
-                .map(|(id, position, text, tokens)| ChunkRecord {
+                .map(|(id, position, section, text, tokens)| ChunkRecord {
                     id,
                     position,
+                    section,
                     text,
                     tokens,
                 })

@@ -64,6 +64,7 @@ fn doc(id: &str, hash: &str, texts: &[&str]) -> NewDocument {
             .enumerate()
             .map(|(i, t)| NewChunk {
                 position: i as i32,
+                section: format!("Part {i}"),
                 text: (*t).into(),
                 tokens: 3,
                 embedding: vec![i as f32, 0.5, -1.25],
@@ -146,6 +147,8 @@ async fn exercise_documents(store: &Store) {
         "embeddings round-trip exactly"
     );
     assert_eq!(z.external_id, "d1");
+    assert_eq!(z.section, "Part 2", "the section path round-trips");
+    assert_eq!(got.chunks[1].section, "Part 1");
     assert_eq!(z.metadata, r#"{"year":2020,"lang":"en"}"#);
 
     let del = store

@@ -128,6 +128,7 @@ pub fn chunk(id: i64, doc: &str, title: &str, text: &str, metadata: serde_json::
         external_id: doc.to_owned(),
         position: 0,
         title: title.to_owned(),
+        section: String::new(),
         metadata: Arc::new(metadata),
         text: text.to_owned(),
     }

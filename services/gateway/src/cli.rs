@@ -26,13 +26,16 @@ pub async fn ingest_files(
             listed.push(f.clone());
         }
     }
+    let mut parsed = Vec::new();
     for f in &listed {
         let bytes = std::fs::read(f).with_context(|| format!("cannot read {}", f.display()))?;
-        docs.extend(
-            ragtime_parse::docs_from_file(&f.display().to_string(), bytes)
+        parsed.push(
+            ragtime_parse::parse_file(&f.display().to_string(), bytes)
                 .map_err(anyhow::Error::msg)?,
         );
     }
+    // Read together, so lines repeated on most pages (chrome) are dropped.
+    docs.extend(ragtime_parse::into_documents(parsed));
     let store = crate::app::open_store(config).await?;
     let corpus = crate::loader::corpus(config, store, None)
         .await

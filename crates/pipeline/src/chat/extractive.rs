@@ -166,10 +166,11 @@ fn compose(ranked: &Ranked<'_>, chosen: &[Candidate<'_>], why: Why) -> String {
     for (rank, texts) in by_rank {
         let (n, p) = ranked[rank];
         let quote = crate::chat::prompt::snippet(&texts.join(" "), MAX_QUOTE);
-        let source = if p.chunk.title.is_empty() {
+        let heading = p.chunk.heading();
+        let source = if heading.is_empty() {
             format!("[{n}]")
         } else {
-            format!("{} [{n}]", p.chunk.title)
+            format!("{heading} [{n}]")
         };
         parts.push(format!("> {quote}\n— {source}"));
     }

@@ -26,7 +26,7 @@ mod verify;
 
 pub use extractive::{Why, extract, extractive_answer};
 pub use prompt::{DEFAULT_MAX_TOKENS, Prompt, PromptPlan, build_prompt};
-pub use verify::{SUPPORT_COSINE, check as check_grounding};
+pub use verify::{SUPPORT_COSINE, SourceVectors, check as check_grounding, embed_sources};
 
 use crate::backend::Backends;
 use crate::backend::gate::{Ask, Refusal};
@@ -36,7 +36,7 @@ use crate::rerank::{RerankParams, rerank};
 use crate::search::{Mode, SearchRequest, embed_query, retrieve};
 use crate::stats::Observation;
 use ragtime_core::{
-    BudgetReport, CachedAnswer, Citation, Embedder, Filter, GenRequest, Grounding, Message,
+    BudgetReport, CachedAnswer, Cancel, Citation, Embedder, Filter, GenRequest, Grounding, Message,
     Outcome, Passage, Reranker, ResponseCache, Retriever, Scope, Stage, Usage,
 };
 use serde::{Deserialize, Serialize};
@@ -226,6 +226,7 @@ fn citation(hit: &Passage) -> Citation {
         document_id: hit.chunk.external_id.clone(),
         chunk_id: hit.chunk.chunk_id,
         title: hit.chunk.title.clone(),
+        section: hit.chunk.section.clone(),
         snippet: prompt::snippet(&hit.chunk.text, 240),
     }
 }
@@ -252,17 +253,35 @@ pub async fn run(
     };
     let hits = passages(budget, deps, input, vector.clone(), &shape).await;
     let qv = vector.as_deref().map(Vec::as_slice);
-    let r = match input.answer {
+    let (r, ahead) = match input.answer {
         AnswerMode::Extractive => {
             for s in [Stage::LlmTtft, Stage::LlmGenerate, Stage::Verify] {
                 budget.skip(s, "the answer mode is extractive");
             }
             let top = ranked_top(&hits);
-            extractive(budget, deps, input, qv, &top, &mut out, Why::Chosen).await
+            let r = extractive(budget, deps, input, qv, &top, &mut out, Why::Chosen).await;
+            (r, verify::SourceVectors::new())
         }
-        _ => reply(budget, deps, input, qv, &hits, &shape, &mut out).await,
+        _ => {
+            // The sources' sentences are embedded for the grounding check
+            // while the model answers; dropped if the reply comes first.
+            let stop = Cancel::new();
+            let mut ahead =
+                std::pin::pin!(verify::embed_sources(&hits, deps.embedder, stop.clone()));
+            let mut replied =
+                std::pin::pin!(reply(budget, deps, input, qv, &hits, &shape, &mut out));
+            let mut sources = None;
+            let r = loop {
+                tokio::select! {
+                    r = &mut replied => break r,
+                    v = &mut ahead, if sources.is_none() => sources = Some(v),
+                }
+            };
+            stop.cancel();
+            (r, sources.unwrap_or_default())
+        }
     };
-    let r = verify(budget, deps, input, qv, r, &mut out).await;
+    let r = verify(budget, deps, input, qv, r, &ahead, &mut out).await;
     let answer = finish(budget, r, &out, &shape, input.answer);
     // Only full generated answers are worth reusing.
     if let (Some(cache), Some(v)) = (deps.cache, &vector)
@@ -712,6 +731,7 @@ async fn verify(
     input: &ChatInput,
     qv: Option<&[f32]>,
     mut r: Reply,
+    ahead: &verify::SourceVectors,
     out: &mut Output<'_>,
 ) -> Reply {
     let Some(generated) = r.generated.clone().filter(|g| !g.trim().is_empty()) else {
@@ -723,7 +743,7 @@ async fn verify(
     let passages = &r.passages;
     let run = budget
         .run(Stage::Verify, |ctx| async move {
-            match verify::check(&generated, passages, deps.embedder, ctx.cancel()).await {
+            match verify::check(&generated, passages, ahead, deps.embedder, ctx.cancel()).await {
                 Some(g) => Ok(Done::Full(g)),
                 None => Err(ragtime_core::StageError::Cancelled),
             }

@@ -93,10 +93,11 @@ pub(crate) fn snippet(text: &str, max: usize) -> String {
 }
 
 fn source_block(i: usize, hit: &Passage) -> String {
-    if hit.chunk.title.is_empty() {
+    let heading = hit.chunk.heading();
+    if heading.is_empty() {
         format!("[{}] {}", i + 1, hit.chunk.text)
     } else {
-        format!("[{}] {}\n{}", i + 1, hit.chunk.title, hit.chunk.text)
+        format!("[{}] {heading}\n{}", i + 1, hit.chunk.text)
     }
 }
 
@@ -116,7 +117,7 @@ pub fn build_prompt(
     let mut room = max_chars.saturating_sub(fixed);
     let mut chosen: Vec<Passage> = Vec::new();
     for h in hits {
-        let need = h.chunk.text.len() + h.chunk.title.len() + 8;
+        let need = h.chunk.text.len() + h.chunk.title.len() + h.chunk.section.len() + 12;
         if need <= room {
             room -= need;
             chosen.push(h.clone());
@@ -124,7 +125,7 @@ pub fn build_prompt(
             // The best passage alone is too long: send the part that fits.
             let mut cut = h.clone();
             let mut text = Arc::unwrap_or_clone(cut.chunk.clone());
-            let keep = room.saturating_sub(text.title.len() + 8);
+            let keep = room.saturating_sub(text.title.len() + text.section.len() + 12);
             text.text = snippet(&text.text, keep);
             cut.chunk = Arc::new(text);
             chosen.push(cut);

@@ -3,12 +3,16 @@
 //! none). A sentence is supported when every specific term in it — code,
 //! flag, path, number, identifier — occurs in those passages, and it says
 //! what one of their sentences says (cosine similarity under the embedding
-//! model). The answer and the passages' sentences are embedded in one
-//! batch.
+//! model). The passages' sentences are embedded ahead, while the model
+//! generates ([`embed_sources`]); after generation, only the answer's
+//! sentences (and any source sentence not embedded ahead), in one batch.
+//! Both at full precision: the int8 passage graph quantises each batch by
+//! its own range, so a sentence's vector would depend on what it was
+//! batched with, and a verdict near the threshold with it.
 
 use crate::chat::text::{cited, content_words, normalised, sentences, specific_terms};
 use ragtime_core::{Cancel, Embedder, Grounding, Passage};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 /// Similarity at which a source sentence is taken to say what an answer
 /// sentence says.
@@ -35,20 +39,56 @@ fn checkable(s: &str) -> bool {
     content_words(s).len() >= 3
 }
 
-/// Checks `answer` against `passages` (numbered from 1 as in the prompt).
+/// Source sentences embedded ahead of the check (while the model
+/// generates), so that after generation only the answer's sentences are.
+pub type SourceVectors = HashMap<String, Vec<f32>>;
+
+/// Source sentences embedded ahead at most: the passages' first ones, in
+/// rank order.
+const AHEAD: usize = 48;
+
+/// Embeds the sentences of `passages` ahead of the check; empty when the
+/// embedding fails or is cancelled (the check then embeds what it needs).
+pub async fn embed_sources(
+    passages: &[Passage],
+    embedder: &dyn Embedder,
+    cancel: Cancel,
+) -> SourceVectors {
+    let mut texts: Vec<String> = Vec::new();
+    for p in passages {
+        for s in sentences(&p.chunk.text) {
+            if texts.len() < AHEAD && !texts.iter().any(|t| t == s) {
+                texts.push(s.to_owned());
+            }
+        }
+    }
+    if texts.is_empty() {
+        return SourceVectors::new();
+    }
+    match embedder.embed_texts(texts.clone(), cancel).await {
+        Ok(v) if v.len() == texts.len() => texts.into_iter().zip(v).collect(),
+        _ => SourceVectors::new(),
+    }
+}
+
+/// Checks `answer` against `passages` (numbered from 1 as in the prompt),
+/// using the source sentences' vectors in `ahead` where it has them.
 /// `None` when the check could not finish (the embedding failed or ran out
 /// of time): nothing is claimed either way.
 pub async fn check(
     answer: &str,
     passages: &[Passage],
+    ahead: &SourceVectors,
     embedder: &dyn Embedder,
     cancel: Cancel,
 ) -> Option<Grounding> {
     let mut batch: Vec<String> = Vec::new();
-    let mut index: std::collections::HashMap<String, usize> = Default::default();
+    let mut index: HashMap<String, usize> = Default::default();
+    // Vectors already known, by the batch index they stand in for.
+    let mut known: HashMap<usize, &[f32]> = HashMap::new();
     let texts: Vec<String> = passages
         .iter()
-        .map(|p| normalised(&format!("{}\n{}", p.chunk.title, p.chunk.text)))
+        .map(|p| normalised(&format!("{}\n{}", p.chunk.heading(), p.chunk.text)))
         .collect();
     let source_sentences: Vec<Vec<&str>> =
         passages.iter().map(|p| sentences(&p.chunk.text)).collect();
@@ -90,6 +130,9 @@ pub async fn check(
                 batch.push(t.to_owned());
                 batch.len() - 1
             });
+            if let Some(v) = ahead.get(t) {
+                known.insert(at, v);
+            }
             compare.push(at);
         }
         claims.push(Claim {
@@ -103,10 +146,24 @@ pub async fn check(
     }
     let first_claim = batch.len();
     batch.extend(claims.iter().map(|c| c.text.to_owned()));
-    let vectors = embedder.embed_passages(batch, cancel).await.ok()?;
-    let cos = |a: usize, b: usize| -> f32 {
-        vectors[a].iter().zip(&vectors[b]).map(|(x, y)| x * y).sum()
-    };
+    // Only what was not embedded ahead goes to the model.
+    let wanted: Vec<usize> = (0..batch.len())
+        .filter(|i| !known.contains_key(i))
+        .collect();
+    let texts = wanted
+        .iter()
+        .map(|&i| std::mem::take(&mut batch[i]))
+        .collect();
+    let embedded = embedder.embed_texts(texts, cancel).await.ok()?;
+    let mut vectors: Vec<&[f32]> = vec![&[]; batch.len()];
+    for (i, v) in known {
+        vectors[i] = v;
+    }
+    for (&i, v) in wanted.iter().zip(&embedded) {
+        vectors[i] = v;
+    }
+    let cos =
+        |a: usize, b: usize| -> f32 { vectors[a].iter().zip(vectors[b]).map(|(x, y)| x * y).sum() };
     let mut g = Grounding::default();
     for (k, c) in claims.iter().enumerate() {
         let best = c

@@ -30,6 +30,9 @@ pub struct DocumentIn {
     text: String,
     #[serde(default)]
     metadata: Map<String, Value>,
+    /// Where a parsed file's sections begin (never from JSON).
+    #[serde(skip)]
+    sections: Vec<ragtime_core::Section>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -75,6 +78,7 @@ pub struct DocumentOut {
 struct ChunkOut {
     chunk_id: i64,
     position: i32,
+    section: String,
     tokens: i32,
     text: String,
 }
@@ -139,6 +143,7 @@ impl DocumentIn {
             title: self.title,
             text: self.text,
             metadata: self.metadata,
+            sections: self.sections,
         })
     }
 }
@@ -243,6 +248,7 @@ pub async fn get(
     let chunks = doc.chunks.into_iter().map(|c| ChunkOut {
         chunk_id: c.id,
         position: c.position,
+        section: c.section,
         tokens: c.tokens,
         text: c.text,
     });
@@ -292,7 +298,9 @@ fn multipart_error(e: &axum::extract::multipart::MultipartError) -> ApiError {
 async fn upload(mut form: Multipart) -> Result<(String, Vec<IngestDoc>), ApiError> {
     let mut collection = default_collection();
     let mut extra = Map::new();
-    let mut docs = Vec::new();
+    let mut parsed_files = Vec::new();
+    // The field each document came from, in order.
+    let mut paths: Vec<String> = Vec::new();
     let mut files = 0usize;
     while let Some(field) = form.next_field().await.map_err(|e| multipart_error(&e))? {
         let name = field.name().unwrap_or_default().to_owned();
@@ -315,9 +323,11 @@ async fn upload(mut form: Multipart) -> Result<(String, Vec<IngestDoc>), ApiErro
                 let filename = filename
                     .ok_or_else(|| ApiError::invalid(&path, "a file part needs a filename"))?;
                 let bytes = field.bytes().await.map_err(|e| multipart_error(&e))?;
-                let parsed = ragtime_parse::docs_from_file(&filename, bytes.to_vec())
+                let parsed = ragtime_parse::parse_file(&filename, bytes.to_vec())
                     .map_err(|e| ApiError::invalid(&path, e))?;
-                docs.extend(parsed.into_iter().map(|d| (path.clone(), d)));
+                let n = ragtime_parse::documents_in(&parsed);
+                paths.extend(std::iter::repeat_n(path, n));
+                parsed_files.push(parsed);
             }
             other => {
                 let msg = "unknown form field; use file, collection or metadata";
@@ -327,11 +337,14 @@ async fn upload(mut form: Multipart) -> Result<(String, Vec<IngestDoc>), ApiErro
     }
     check_collection(&collection, "collection")?;
     check_metadata(&extra, "metadata")?;
-    if docs.is_empty() {
+    if parsed_files.is_empty() {
         return Err(ApiError::invalid("file", "no file was uploaded"));
     }
-    let docs = docs
+    // Read together, so lines repeated on most pages (chrome) are dropped.
+    let docs = ragtime_parse::into_documents(parsed_files);
+    let docs = paths
         .into_iter()
+        .zip(docs)
         .map(|(path, mut d)| {
             d.metadata.extend(extra.clone());
             let doc = DocumentIn {
@@ -339,6 +352,7 @@ async fn upload(mut form: Multipart) -> Result<(String, Vec<IngestDoc>), ApiErro
                 title: d.title,
                 text: d.text,
                 metadata: d.metadata,
+                sections: d.sections,
             };
             (path, doc)
         })

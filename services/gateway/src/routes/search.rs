@@ -86,6 +86,7 @@ struct ResultOut<'a> {
     chunk_id: i64,
     score: f32,
     title: &'a str,
+    section: &'a str,
     text: &'a str,
     metadata: &'a Value,
 }
@@ -100,6 +101,7 @@ impl<'a> From<&'a SearchOutcome> for SearchOut<'a> {
                 chunk_id: h.chunk.chunk_id,
                 score: h.score,
                 title: &h.chunk.title,
+                section: &h.chunk.section,
                 text: &h.chunk.text,
                 metadata: &h.chunk.metadata,
             })

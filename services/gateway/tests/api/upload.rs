@@ -460,3 +460,88 @@ async fn same_named_files_in_two_folders_stay_two_documents() {
     }
     app.shutdown().await.expect("shutdown");
 }
+
+/// Pages keep their structure: chunks carry their section path (in search
+/// results, stored chunks and the answer's citations), and a line found on
+/// most pages of an upload (the site's chrome) is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uploaded_pages_keep_their_sections_and_lose_their_chrome() {
+    let app = TestApp::builder().spawn().await;
+    let page = |title: &str, section: &str, body: &str| {
+        format!(
+            "<html><head><title>{title} - The Manual</title></head><body><main>\
+             <p>Keyboard shortcuts | Press \u{2190} or \u{2192} to navigate</p>\
+             <h1>{title}</h1><p>An introduction to {title}.</p>\
+             <h2>{section}</h2><p>{body}</p></main></body></html>"
+        )
+        .into_bytes()
+    };
+    // A section longer than a chunk: its last chunk lacks the heading line.
+    let long = format!(
+        "{} Local names stay apart across expansions.",
+        "A macro expands where it is called, in the caller's crate. ".repeat(30)
+    );
+    let mut form = Form::new();
+    for (i, (title, section, body)) in [
+        (
+            "Type layout",
+            "Size and alignment",
+            "A bool has a size and alignment of 1.",
+        ),
+        (
+            "Closures",
+            "Capture modes",
+            "Closures capture variables by reference first.",
+        ),
+        (
+            "Traits",
+            "Object safety",
+            "Object safe traits can be the base of a trait object.",
+        ),
+        ("Macros", "Hygiene", long.as_str()),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        form = form.part(
+            "file",
+            file(&format!("ref/p{i}.html"), page(title, section, body)),
+        );
+    }
+    let r = upload(&app, form).await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap_or_default());
+    let found = app
+        .search(json!({"query": "bool size alignment", "mode": "lexical", "top_k": 1}))
+        .await;
+    let hit = &found["results"][0];
+    assert_eq!(hit["document_id"], "ref/p0.html", "{found}");
+    assert_eq!(hit["title"], "Type layout - The Manual");
+    assert_eq!(hit["section"], "Size and alignment", "{hit}");
+    let r = app
+        .http
+        .get(app.url("/v1/documents/ref%2Fp0.html"))
+        .send()
+        .await
+        .expect("get");
+    let doc: Value = r.json().await.expect("json");
+    let chunks = doc["chunks"].to_string();
+    assert!(
+        !chunks.contains("Keyboard shortcuts"),
+        "chrome dropped: {doc}"
+    );
+    assert!(chunks.contains("An introduction to Type layout"), "{doc}");
+    // The section path is searchable with the chunk: the last chunk of a
+    // long section is found by words of its heading.
+    let found = app
+        .search(json!({"query": "hygiene expansions", "mode": "lexical", "top_k": 1}))
+        .await;
+    let hit = &found["results"][0];
+    assert_eq!(hit["section"], "Hygiene", "{found}");
+    let text = hit["text"].as_str().unwrap_or_default();
+    assert!(text.ends_with("across expansions."), "{hit}");
+    assert!(
+        !text.contains("Hygiene"),
+        "the heading line is not in it: {hit}"
+    );
+    app.shutdown().await.expect("shutdown");
+}
