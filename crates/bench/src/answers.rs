@@ -95,6 +95,8 @@ struct Answer {
     total: Duration,
     /// The grounding verdict: `Some(grounded)` when checked.
     grounded: Option<bool>,
+    /// The grounding check's whole verdict, for `BENCH_SHOW`.
+    grounding: Value,
     verify_ms: Option<f64>,
 }
 
@@ -116,6 +118,7 @@ async fn ask(http: &reqwest::Client, base: &str, q: &str, mode: &str) -> Answer 
         first_text: None,
         total: Duration::ZERO,
         grounded: None,
+        grounding: Value::Null,
         verify_ms: None,
     };
     let mut events = r.bytes_stream().eventsource();
@@ -142,6 +145,7 @@ async fn ask(http: &reqwest::Client, base: &str, q: &str, mode: &str) -> Answer 
                 .filter_map(|c| c["document_id"].as_str().map(str::to_owned))
                 .collect();
             a.grounded = v["grounding"]["grounded"].as_bool();
+            a.grounding = v["grounding"].clone();
             a.verify_ms = v["budget"]["stages"]
                 .as_array()
                 .into_iter()
@@ -294,13 +298,14 @@ pub async fn answers() {
             }
             if show {
                 println!(
-                    "--- {} [{mode}] {} ({}; top5 {}; {:?})\n{}\n",
+                    "--- {} [{mode}] {} ({}; top5 {}; {:?})\n{}\ngrounding: {}\n",
                     q.id,
                     q.question,
                     if ok { "RIGHT" } else { "wrong" },
                     in_top5[i],
                     a.reason,
-                    first_chars(&a.text)
+                    first_chars(&a.text),
+                    a.grounding
                 );
             }
         }

@@ -1,5 +1,5 @@
-//! BM25 over chunks' titles with their section paths, and their texts,
-//! with tantivy (English stemming).
+//! BM25 over chunks' titles, section paths and texts with tantivy (English
+//! stemming).
 
 use crate::collection::Allowed;
 use crate::{Chunk, Hit, IndexError};
@@ -12,12 +12,19 @@ use tantivy::schema::{
 };
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term, doc};
 
+/// Weight of a match in the chunk's section path against one in its title
+/// or text. Section words belong to every chunk of a section, so at full
+/// weight they outrank the chunk that states the answer (answers
+/// benchmark: 0.83 of answers in the top 5 at 1.0, 0.89 at 0.3).
+const SECTION_BOOST: f32 = 0.3;
+
 pub struct Lexical {
     index: Index,
     reader: IndexReader,
     writer: Mutex<IndexWriter>,
     chunk_id: Field,
     title: Field,
+    section: Field,
     text: Field,
 }
 
@@ -31,6 +38,7 @@ impl Lexical {
         );
         let chunk_id = schema.add_u64_field("chunk_id", INDEXED | STORED | FAST);
         let title = schema.add_text_field("title", stemmed.clone());
+        let section = schema.add_text_field("section", stemmed.clone());
         let text = schema.add_text_field("text", stemmed);
         let index = Index::create_in_ram(schema.build());
         let writer = index.writer_with_num_threads(1, 32_000_000)?;
@@ -44,6 +52,7 @@ impl Lexical {
             writer: Mutex::new(writer),
             chunk_id,
             title,
+            section,
             text,
         })
     }
@@ -54,7 +63,8 @@ impl Lexical {
             w.add_document(doc!(
                 self.chunk_id => c.chunk_id as u64,
                 // Where the chunk stands: its title and section path.
-                self.title => c.heading(),
+                self.title => c.title.as_str(),
+                self.section => c.section.as_str(),
                 self.text => c.text.as_str(),
             ))?;
         }
@@ -89,7 +99,9 @@ impl Lexical {
         if k == 0 || query.trim().is_empty() || cancel.is_cancelled() {
             return Ok(Vec::new());
         }
-        let parser = QueryParser::for_index(&self.index, vec![self.title, self.text]);
+        let mut parser =
+            QueryParser::for_index(&self.index, vec![self.title, self.section, self.text]);
+        parser.set_field_boost(self.section, SECTION_BOOST);
         // Lenient: user text is not query syntax; what cannot parse is dropped.
         let (q, _errors) = parser.parse_query_lenient(query);
         let searcher = self.reader.searcher();

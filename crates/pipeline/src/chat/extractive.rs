@@ -5,10 +5,11 @@
 //! Candidate sentences are scored by similarity to the query under the
 //! embedding model (all candidates embedded in one batch, within a few tens
 //! of milliseconds; without it, by words alone), fused with word overlap
-//! and the rank of the passage they come from.
+//! and the rank of the passage they come from; with a cross-encoder
+//! configured, the best few are scored by it too, in the time left.
 
 use crate::chat::text::{content_words, sentences};
-use ragtime_core::{Cancel, Embedder, Passage};
+use ragtime_core::{Cancel, Embedder, Passage, Reranker};
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -104,13 +105,42 @@ fn candidates<'a>(query: &str, ranked: &Ranked<'a>) -> Vec<Candidate<'a>> {
     out
 }
 
-/// The sentences to quote, given each candidate's similarity to the
-/// query when there is one.
-fn pick<'a>(cands: &[Candidate<'a>], sims: Option<&[f32]>) -> Vec<Candidate<'a>> {
-    let score = |i: usize| match sims {
-        Some(s) => 0.6 * s[i].max(0.0) + 0.4 * cands[i].lexical,
-        None => cands[i].lexical,
-    };
+/// Each candidate's score: its similarity to the query when there is one,
+/// fused with its words and rank.
+fn fused(cands: &[Candidate<'_>], sims: Option<&[f32]>) -> Vec<f32> {
+    (0..cands.len())
+        .map(|i| match sims {
+            Some(s) => 0.6 * s[i].max(0.0) + 0.4 * cands[i].lexical,
+            None => cands[i].lexical,
+        })
+        .collect()
+}
+
+/// Blends a cross-encoder's scores of some candidates (`scored`: index,
+/// raw score) into `scores`, half and half, the cross-encoder's scores
+/// scaled to 0..1 within the batch (they compare within one query only);
+/// a candidate it did not score counts as its lowest.
+fn blend_cross(scores: &mut [f32], scored: &[(usize, f32)]) {
+    let (lo, hi) = scored
+        .iter()
+        .fold((f32::MAX, f32::MIN), |(lo, hi), &(_, s)| {
+            (lo.min(s), hi.max(s))
+        });
+    if scored.is_empty() {
+        return;
+    }
+    let mut cross = vec![0.0; scores.len()];
+    for &(i, s) in scored {
+        cross[i] = if hi > lo { (s - lo) / (hi - lo) } else { 0.5 };
+    }
+    for (s, c) in scores.iter_mut().zip(cross) {
+        *s = 0.5 * *s + 0.5 * c;
+    }
+}
+
+/// The sentences to quote, given each candidate's score.
+fn pick<'a>(cands: &[Candidate<'a>], scores: &[f32]) -> Vec<Candidate<'a>> {
+    let score = |i: usize| scores[i];
     let mut order: Vec<usize> = (0..cands.len()).collect();
     order.sort_by(|&a, &b| score(b).total_cmp(&score(a)));
     let Some(&best) = order.first() else {
@@ -189,24 +219,57 @@ fn compose(ranked: &Ranked<'_>, chosen: &[Candidate<'_>], why: Why) -> String {
 /// The extractive answer by words and rank alone (no embedding model).
 pub fn extractive_answer(query: &str, ranked: &Ranked<'_>, why: Why) -> String {
     let cands = candidates(query, ranked);
-    compose(ranked, &pick(&cands, None), why)
+    compose(ranked, &pick(&cands, &fused(&cands, None)), why)
 }
 
-/// The extractive answer with the embedding model's help: the candidates
-/// are embedded in one batch within `time`; past it (or without a query
-/// vector) words and rank decide alone.
+/// Candidates a configured cross-encoder scores at most (the best so far).
+const MAX_CROSS: usize = 6;
+
+/// The extractive answer with the models' help: the candidates are
+/// embedded in one batch within `time`; past it (or without a query
+/// vector) words and rank decide alone. With a cross-encoder, the best
+/// few are then scored by it too, in what is left of `time`.
 pub async fn extract(
     query: &str,
     query_vec: Option<&[f32]>,
     ranked: &Ranked<'_>,
     embedder: &dyn Embedder,
+    cross: Option<&dyn Reranker>,
     time: Duration,
     why: Why,
 ) -> String {
+    let started = std::time::Instant::now();
     let cands = candidates(query, ranked);
-    let Some(qv) = query_vec.filter(|_| !cands.is_empty() && !time.is_zero()) else {
-        return compose(ranked, &pick(&cands, None), why);
+    let sims = match query_vec.filter(|_| !cands.is_empty() && !time.is_zero()) {
+        Some(qv) => similarities(&cands, qv, embedder, time).await,
+        None => None,
     };
+    let mut scores = fused(&cands, sims.as_deref());
+    let left = time.saturating_sub(started.elapsed());
+    if let Some(cross) = cross.filter(|_| !cands.is_empty() && !left.is_zero()) {
+        let mut order: Vec<usize> = (0..cands.len()).collect();
+        order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
+        order.truncate(MAX_CROSS);
+        let texts = order.iter().map(|&i| cands[i].text.to_owned()).collect();
+        let cancel = Cancel::with_deadline(std::time::Instant::now() + left);
+        if let Ok(Ok(s)) = tokio::time::timeout(left, cross.score(query, texts, cancel)).await
+            && s.len() == order.len()
+        {
+            let scored: Vec<(usize, f32)> = order.into_iter().zip(s).collect();
+            blend_cross(&mut scores, &scored);
+        }
+    }
+    compose(ranked, &pick(&cands, &scores), why)
+}
+
+/// Each candidate's cosine similarity to the query (the best by words and
+/// rank embedded in one batch within `time`), or `None` past it.
+async fn similarities(
+    cands: &[Candidate<'_>],
+    qv: &[f32],
+    embedder: &dyn Embedder,
+    time: Duration,
+) -> Option<Vec<f32>> {
     // The best by words and rank are embedded; the rest count as
     // dissimilar (they stay candidates, to be quoted after a chosen one).
     let mut by_words: Vec<usize> = (0..cands.len()).collect();
@@ -215,7 +278,7 @@ pub async fn extract(
     let texts: Vec<String> = by_words.iter().map(|&i| cands[i].text.to_owned()).collect();
     let cancel = Cancel::with_deadline(std::time::Instant::now() + time);
     let vectors = tokio::time::timeout(time, embedder.embed_passages(texts, cancel)).await;
-    let sims: Option<Vec<f32>> = match vectors {
+    match vectors {
         Ok(Ok(vs)) if vs.len() == by_words.len() => {
             let mut sims = vec![0.0; cands.len()];
             for (&i, v) in by_words.iter().zip(&vs) {
@@ -224,8 +287,7 @@ pub async fn extract(
             Some(sims)
         }
         _ => None,
-    };
-    compose(ranked, &pick(&cands, sims.as_deref()), why)
+    }
 }
 
 #[cfg(test)]
@@ -295,9 +357,80 @@ mod tests {
         let c = candidates("where does my savings money grow", &r);
         assert_eq!(c.len(), 2);
         // By words and rank alone, the first passage's sentence.
-        assert!(pick(&c, None)[0].text.starts_with("The river"));
+        assert!(pick(&c, &fused(&c, None))[0].text.starts_with("The river"));
         // The model's similarity knows better.
-        let p = pick(&c, Some(&[0.1, 0.8]));
+        let p = pick(&c, &fused(&c, Some(&[0.1, 0.8])));
         assert!(p[0].text.starts_with("Deposits"), "{p:?}");
+        // And a cross-encoder that prefers the first takes it back.
+        let mut s = fused(&c, Some(&[0.1, 0.8]));
+        blend_cross(&mut s, &[(0, 4.0), (1, -3.0)]);
+        assert!(pick(&c, &s)[0].text.starts_with("The river"), "{s:?}");
+    }
+
+    /// Prefers sentences that name "bank" first; takes `delay`.
+    struct Cross(Duration);
+
+    #[async_trait::async_trait]
+    impl Reranker for Cross {
+        async fn score(
+            &self,
+            _query: &str,
+            passages: Vec<String>,
+            _cancel: Cancel,
+        ) -> Result<Vec<f32>, ragtime_core::StageError> {
+            tokio::time::sleep(self.0).await;
+            Ok(passages
+                .iter()
+                .map(|p| if p.starts_with("The river") { 5.0 } else { 0.0 })
+                .collect())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cross_encoder_has_its_say_within_the_time_left() {
+        let hits = vec![
+            hit(1, "T", "Deposits at a bank earn interest every month."),
+            hit(2, "U", "The river bank was muddy after the rain."),
+        ];
+        let r = ranked(&hits);
+        let e = ragtime_testkit::HashEmbedder::new(8);
+        let a = extract(
+            "bank deposits",
+            None,
+            &r,
+            &e,
+            None,
+            Duration::from_millis(40),
+            Why::Chosen,
+        )
+        .await;
+        assert!(a.starts_with("> Deposits"), "words and rank alone: {a}");
+        let quick = Cross(Duration::from_millis(5));
+        let a = extract(
+            "bank deposits",
+            None,
+            &r,
+            &e,
+            Some(&quick),
+            Duration::from_millis(40),
+            Why::Chosen,
+        )
+        .await;
+        assert!(
+            a.starts_with("> The river"),
+            "the cross-encoder's choice: {a}"
+        );
+        let slow = Cross(Duration::from_millis(500));
+        let a = extract(
+            "bank deposits",
+            None,
+            &r,
+            &e,
+            Some(&slow),
+            Duration::from_millis(40),
+            Why::Chosen,
+        )
+        .await;
+        assert!(a.starts_with("> Deposits"), "too slow: not waited for: {a}");
     }
 }

@@ -451,7 +451,9 @@ async fn quote(
     why: Why,
 ) -> String {
     let time = budget.remaining().min(EXTRACTIVE_EMBED);
-    extract(&input.query, qv, ranked, deps.embedder, time, why).await
+    // Shed requests get the cheapest quote: no cross-encoder.
+    let cross = deps.reranker.map(|(r, _)| r).filter(|_| why != Why::Busy);
+    extract(&input.query, qv, ranked, deps.embedder, cross, time, why).await
 }
 
 /// The extractive answer: no prefill needed, so it draws on the best

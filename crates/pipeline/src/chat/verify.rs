@@ -20,6 +20,8 @@ pub const SUPPORT_COSINE: f32 = 0.62;
 /// Source sentences compared with each answer sentence at most (the ones
 /// sharing most words with it).
 const PER_SENTENCE: usize = 3;
+/// Words of an answer sentence compared with its sources at most.
+const CLAIM_WORDS: usize = 40;
 /// Answer sentences checked at most (the first ones: what a user reads),
 /// so the check fits its 50 ms on two cores.
 const MAX_CLAIMS: usize = 6;
@@ -145,7 +147,13 @@ pub async fn check(
         return Some(Grounding::default());
     }
     let first_claim = batch.len();
-    batch.extend(claims.iter().map(|c| c.text.to_owned()));
+    // A run-on sentence (a model that lists or loops) is compared by its
+    // beginning: its embedding costs grow with its length, and the check
+    // has 50 ms.
+    batch.extend(claims.iter().map(|c| {
+        let words: Vec<&str> = c.text.split_whitespace().take(CLAIM_WORDS).collect();
+        words.join(" ")
+    }));
     // Only what was not embedded ahead goes to the model.
     let wanted: Vec<usize> = (0..batch.len())
         .filter(|i| !known.contains_key(i))
