@@ -138,7 +138,7 @@ fn chunks_fit_the_window_overlap_and_cover_the_text() {
     assert_eq!(chunks[0].start, 0);
     assert_eq!(chunks.last().map(|c| c.end), Some(text.trim_end().len()));
     for w in chunks.windows(2) {
-        assert!(w[1].start <= w[0].end, "no text falls between chunks");
+        assert!(w[1].start < w[0].end, "consecutive chunks overlap");
         assert!(w[1].start > w[0].start, "chunking moves forward");
     }
     for c in &chunks {
@@ -158,11 +158,6 @@ fn chunks_fit_the_window_overlap_and_cover_the_text() {
             c.text
         );
     }
-    let overlapping = chunks.windows(2).filter(|w| w[1].start < w[0].end).count();
-    assert!(
-        overlapping * 2 >= chunks.len() - 1,
-        "most chunks overlap the next"
-    );
     // Most chunks end at a sentence boundary.
     let at_sentence = chunks.iter().filter(|c| c.text.ends_with('.')).count();
     assert!(
@@ -175,7 +170,7 @@ fn chunks_fit_the_window_overlap_and_cover_the_text() {
 }
 
 #[test]
-fn chunks_end_where_sections_begin_and_start_at_sentences() {
+fn chunks_end_where_sections_begin() {
     let e = embedder();
     let chunker = e.chunker(40, 10);
     // Three sections: a heading line, then paragraphs (one per line).
@@ -200,13 +195,6 @@ fn chunks_end_where_sections_begin_and_start_at_sentences() {
                 assert!(c.anchor == s, "section at {s} inside {:?}", c.text);
             }
         }
-        // A chunk starts at a line or sentence start.
-        let before = text[..c.start].trim_end().chars().last();
-        assert!(
-            before.is_none_or(|ch| ch == '.' || text[..c.start].ends_with('\n')),
-            "starts mid-sentence: {:?}",
-            c.text
-        );
     }
     for &s in &starts {
         assert!(
