@@ -189,7 +189,17 @@ impl Application {
                 crate::observe::observe,
             ))
             .layer(PropagateRequestIdLayer::x_request_id())
-            .layer(TraceLayer::new_for_http().make_span_with(crate::observe::request_span))
+            .layer(
+                TraceLayer::new_for_http()
+                    .make_span_with(crate::observe::request_span)
+                    // A 5xx is logged at WARN here: the expected ones
+                    // (budget_exceeded, overloaded, not_ready) are no
+                    // fault of ours, and internal errors log themselves
+                    // at ERROR where they happen.
+                    .on_failure(
+                        tower_http::trace::DefaultOnFailure::new().level(tracing::Level::WARN),
+                    ),
+            )
             .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid));
         Ok(Application {
             listener,

@@ -76,6 +76,37 @@ where
     }
 }
 
+/// Path parameters parsed into `T`; rejections (a segment whose
+/// percent-encoding is not UTF-8, a bad value) are API errors naming the
+/// parameter, never the framework's plain text.
+pub struct ApiPath<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for ApiPath<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned + Send,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        use axum::extract::path::{ErrorKind, Path};
+        use axum::extract::rejection::PathRejection;
+        match Path::<T>::from_request_parts(parts, state).await {
+            Ok(Path(v)) => Ok(ApiPath(v)),
+            Err(PathRejection::FailedToDeserializePathParams(e)) => {
+                let field = match e.kind() {
+                    ErrorKind::InvalidUtf8InPathParam { key }
+                    | ErrorKind::ParseErrorAtKey { key, .. }
+                    | ErrorKind::DeserializeError { key, .. } => key.clone(),
+                    _ => "path".to_owned(),
+                };
+                Err(ApiError::invalid(field, lower_first(&e.body_text())))
+            }
+            Err(e) => Err(ApiError::invalid("path", lower_first(&e.body_text()))),
+        }
+    }
+}
+
 fn duplicate_field(msg: &str) -> Option<String> {
     let rest = msg.strip_prefix("duplicate field `")?;
     rest.split('`').next().map(str::to_owned)

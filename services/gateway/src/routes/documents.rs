@@ -4,11 +4,11 @@
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorCode};
-use crate::extract::{ApiJson, ApiQuery};
+use crate::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::routes::{check_collection, default_collection};
 use crate::state::AppState;
 use axum::Json;
-use axum::extract::{FromRequest, Multipart, Path, Request, State};
+use axum::extract::{FromRequest, Multipart, Request, State};
 use axum::http::header;
 use ragtime_core::Tenant;
 use ragtime_pipeline::corpus::IngestDoc;
@@ -230,7 +230,7 @@ fn not_found(id: &str, collection: &str) -> ApiError {
 pub async fn get(
     State(state): State<Arc<AppState>>,
     Caller(tenant): Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<CollectionQuery>,
 ) -> Result<Json<DocumentOut>, ApiError> {
     check_collection(&q.collection, "collection")?;
@@ -265,7 +265,7 @@ pub async fn get(
 pub async fn delete(
     State(state): State<Arc<AppState>>,
     Caller(tenant): Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<CollectionQuery>,
 ) -> Result<Json<DeletedOut>, ApiError> {
     check_collection(&q.collection, "collection")?;

@@ -119,3 +119,36 @@ async fn oversized_bodies_are_refused() {
     let (s, c, _, _) = error_of(r).await;
     assert_eq!((s, c.as_str()), (413, "payload_too_large"));
 }
+
+/// The framework's own rejections (query strings, path segments) answer
+/// with the one JSON error shape, naming the parameter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn query_and_path_rejections_are_json_naming_the_parameter() {
+    let app = TestApp::spawn().await;
+    for (path, field) in [
+        ("/v1/documents/mito?foo=1", "foo"),
+        ("/v1/documents/mito?collection=a&collection=a", "collection"),
+        ("/v1/documents/%FF", "id"),
+        ("/v1/documents/a%FFb?collection=default", "id"),
+    ] {
+        for method in [reqwest::Method::GET, reqwest::Method::DELETE] {
+            let r = app
+                .http
+                .request(method.clone(), app.url(path))
+                .send()
+                .await
+                .expect("request");
+            let ct = r
+                .headers()
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            assert!(ct.starts_with("application/json"), "{method} {path}: {ct}");
+            let (s, code, f, body) = error_of(r).await;
+            assert!((400..500).contains(&s), "{method} {path}: {s} {body}");
+            assert_eq!(code, "invalid_request", "{method} {path}: {body}");
+            assert_eq!(f.as_deref(), Some(field), "{method} {path}: {body}");
+        }
+    }
+}

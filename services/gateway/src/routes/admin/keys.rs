@@ -2,10 +2,10 @@
 
 use crate::auth::{Admin, hash_secret};
 use crate::error::{ApiError, ErrorCode};
-use crate::extract::ApiJson;
+use crate::extract::{ApiJson, ApiPath};
 use crate::state::AppState;
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use ragtime_core::Tenant;
 use ragtime_store::ApiKeyRecord;
@@ -111,7 +111,7 @@ pub async fn list(State(state): State<Arc<AppState>>, _: Admin) -> Result<Json<K
 pub async fn revoke(
     State(state): State<Arc<AppState>>,
     _: Admin,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Revoked>, ApiError> {
     if !state
         .store

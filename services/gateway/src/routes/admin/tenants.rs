@@ -4,11 +4,11 @@
 
 use crate::auth::Admin;
 use crate::error::{ApiError, ErrorCode};
-use crate::extract::ApiJson;
+use crate::extract::{ApiJson, ApiPath};
 use crate::routes::admin::keys::check_tenant;
 use crate::state::AppState;
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use ragtime_pipeline::budgets::{BudgetPatch, BudgetsDoc};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -44,7 +44,7 @@ fn doc(state: &AppState, tenant: String) -> TenantBudgets {
 pub async fn get(
     State(state): State<Arc<AppState>>,
     _: Admin,
-    Path(tenant): Path<String>,
+    ApiPath(tenant): ApiPath<String>,
 ) -> Result<Json<TenantBudgets>, ApiError> {
     check_tenant(&tenant)?;
     Ok(Json(doc(&state, tenant)))
@@ -55,7 +55,7 @@ pub async fn get(
 pub async fn put(
     State(state): State<Arc<AppState>>,
     _: Admin,
-    Path(tenant): Path<String>,
+    ApiPath(tenant): ApiPath<String>,
     ApiJson(body): ApiJson<BudgetPatch>,
 ) -> Result<Json<TenantBudgets>, ApiError> {
     check_tenant(&tenant)?;
@@ -73,7 +73,7 @@ pub async fn put(
 pub async fn delete(
     State(state): State<Arc<AppState>>,
     _: Admin,
-    Path(tenant): Path<String>,
+    ApiPath(tenant): ApiPath<String>,
 ) -> Result<Json<Removed>, ApiError> {
     check_tenant(&tenant)?;
     if !state
@@ -105,7 +105,7 @@ pub struct Priority {
 pub async fn get_priority(
     State(state): State<Arc<AppState>>,
     _: Admin,
-    Path(tenant): Path<String>,
+    ApiPath(tenant): ApiPath<String>,
 ) -> Result<Json<Priority>, ApiError> {
     check_tenant(&tenant)?;
     let priority = state.budgets.priority(&tenant);
@@ -116,7 +116,7 @@ pub async fn get_priority(
 pub async fn put_priority(
     State(state): State<Arc<AppState>>,
     _: Admin,
-    Path(tenant): Path<String>,
+    ApiPath(tenant): ApiPath<String>,
     ApiJson(body): ApiJson<PriorityIn>,
 ) -> Result<Json<Priority>, ApiError> {
     check_tenant(&tenant)?;
@@ -134,7 +134,7 @@ pub async fn put_priority(
 pub async fn delete_priority(
     State(state): State<Arc<AppState>>,
     _: Admin,
-    Path(tenant): Path<String>,
+    ApiPath(tenant): ApiPath<String>,
 ) -> Result<Json<Priority>, ApiError> {
     check_tenant(&tenant)?;
     if !state
