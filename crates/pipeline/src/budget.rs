@@ -133,13 +133,19 @@ fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// Milliseconds for a span attribute: a signed integer, which OTLP
+/// exports as an int (`tracing-opentelemetry` turns a `u64` into its text).
+pub(crate) fn span_ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
 /// A span named after the stage, with the four budget attributes.
 fn stage_span(stage: Stage, budget: Duration) -> Span {
     macro_rules! span {
         ($name:literal) => {
             tracing::info_span!(
                 $name,
-                budget.ms = ms(budget),
+                budget.ms = span_ms(budget),
                 budget.elapsed_ms = field::Empty,
                 budget.remaining_ms = field::Empty,
                 budget.outcome = field::Empty,
@@ -153,7 +159,7 @@ fn stage_span(stage: Stage, budget: Duration) -> Span {
         Stage::Rerank => span!("rerank"),
         Stage::LlmTtft => tracing::info_span!(
             "llm_ttft",
-            budget.ms = ms(budget),
+            budget.ms = span_ms(budget),
             budget.elapsed_ms = field::Empty,
             budget.remaining_ms = field::Empty,
             budget.outcome = field::Empty,
@@ -343,8 +349,8 @@ impl RequestBudget {
         detail: Option<String>,
     ) {
         let remaining = self.remaining();
-        span.record("budget.elapsed_ms", ms(elapsed));
-        span.record("budget.remaining_ms", ms(remaining));
+        span.record("budget.elapsed_ms", span_ms(elapsed));
+        span.record("budget.remaining_ms", span_ms(remaining));
         span.record("budget.outcome", outcome.name());
         let overran =
             matches!(outcome, Outcome::Timeout) || (elapsed > budget && !budget.is_zero());
@@ -353,9 +359,9 @@ impl RequestBudget {
             tracing::warn!(
                 parent: span,
                 stage = stage.name(),
-                budget_ms = ms(budget),
-                elapsed_ms = ms(elapsed),
-                overrun_ms = ms(overrun),
+                budget_ms = span_ms(budget),
+                elapsed_ms = span_ms(elapsed),
+                overrun_ms = span_ms(overrun),
                 "budget.overrun"
             );
         }

@@ -74,7 +74,8 @@ pub async fn observe(
     let route = matched.map_or_else(|| "unmatched".to_owned(), |m| m.as_str().to_owned());
     let mut resp = next.run(req).await;
     let status = resp.status().as_u16();
-    Span::current().record("http.response.status_code", status);
+    // An int in OTLP (a u64 would be exported as text).
+    Span::current().record("http.response.status_code", i64::from(status));
     state.metrics.request(&route, status);
     if !resp.headers().contains_key("server-timing") {
         let total = format!("total;dur={}", started.elapsed().as_millis());

@@ -56,6 +56,16 @@ impl TraceService for Receiver {
     }
 }
 
+/// Whether attribute `key` was exported as an integer.
+fn is_int(attrs: &[KeyValue], key: &str) -> bool {
+    attrs
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| kv.value.as_ref())
+        .and_then(|v| v.value.as_ref())
+        .is_some_and(|v| matches!(v, Any::IntValue(_)))
+}
+
 fn attr(attrs: &[KeyValue], key: &str) -> Option<String> {
     let v = attrs
         .iter()
@@ -180,6 +190,11 @@ async fn every_request_is_one_trace_that_tells_its_budget_story() {
             .unwrap_or_else(|| panic!("no {name} span in {names:?}"))
     };
     let root = find("POST /v1/chat/completions");
+    assert!(
+        is_int(&root.attributes, "http.response.status_code"),
+        "{:?}",
+        root.attributes
+    );
     // The trace as text (what Jaeger shows), for the record.
     let mut lines: Vec<(u64, String)> = chat
         .iter()
@@ -270,6 +285,10 @@ async fn every_request_is_one_trace_that_tells_its_budget_story() {
                 "{stage} lacks {a}: {:?}",
                 s.attributes
             );
+        }
+        // Numbers are numbers: a store can filter "elapsed over 3000".
+        for a in ["budget.ms", "budget.elapsed_ms", "budget.remaining_ms"] {
+            assert!(is_int(&s.attributes, a), "{stage}: {a} is not an int");
         }
     }
     assert_eq!(

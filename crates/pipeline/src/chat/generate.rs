@@ -90,8 +90,8 @@ async fn attempt(
         otel.kind = "client",
         server.address = backend.name(),
         gen_ai.request.model = request.model.as_str(),
-        gen_ai.request.max_tokens = request.max_tokens,
-        llm.queue_ms = permit.queued.as_millis() as u64,
+        gen_ai.request.max_tokens = i64::from(request.max_tokens),
+        llm.queue_ms = crate::budget::span_ms(permit.queued),
     );
     if let Some(tp) = ragtime_telemetry::traceparent(&span) {
         request.traceparent = Some(tp);
@@ -224,14 +224,14 @@ pub(super) async fn first_token(
                 ..ask
             };
             let span = tracing::Span::current();
-            span.record("llm.queue_depth", depth);
+            span.record("llm.queue_depth", i64::try_from(depth).unwrap_or(i64::MAX));
             let noted = |s: Started| {
                 let (queued, hedged) = {
                     let l = log(j);
                     (l.queued, l.hedged)
                 };
                 span.record("llm.backend", s.backend.name());
-                span.record("llm.queue_ms", queued.as_millis() as u64);
+                span.record("llm.queue_ms", crate::budget::span_ms(queued));
                 span.record("llm.hedged", hedged);
                 ctx.note(format!(
                     "{}: queued {} ms behind {depth}, first token after {} ms{}",

@@ -246,7 +246,8 @@ pub async fn run(
         first: None,
     };
     let shape = deps.levels.shape(deps.backends.load());
-    tracing::Span::current().record("ragtime.load_level", shape.level);
+    let level = i64::try_from(shape.level).unwrap_or(i64::MAX);
+    tracing::Span::current().record("ragtime.load_level", level);
     let vector = match lookup(budget, deps, input).await {
         Lookup::Hit(cached) => return answered_from_cache(budget, cached, &mut out).await,
         Lookup::Miss(vector) => vector,
