@@ -12,11 +12,19 @@ use std::time::Instant;
 use tracing::{Span, field};
 
 /// The root span of a request, named `METHOD /route`.
+/// Routes that get no trace.
+const UNTRACED: &[&str] = &["/healthz", "/readyz", "/metrics"];
+
 pub fn request_span(req: &Request) -> Span {
     let route = req
         .extensions()
         .get::<MatchedPath>()
         .map_or("unmatched", MatchedPath::as_str);
+    // Probes and scrapes are never traced: in a cluster they come every
+    // few seconds from every replica and would bury the requests.
+    if UNTRACED.contains(&route) {
+        return Span::none();
+    }
     let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
     let span = tracing::info_span!(
         "request",

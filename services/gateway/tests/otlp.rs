@@ -148,6 +148,11 @@ async fn every_request_is_one_trace_that_tells_its_budget_story() {
         .post_json("/v1/search", json!({"query": "immune system"}))
         .await;
     assert_eq!(r.status(), 200);
+    // Probes and scrapes: answered, never traced.
+    for probe in ["/healthz", "/readyz", "/metrics"] {
+        let r = app.get(probe).await;
+        assert!(r.status().is_success(), "{probe}: {}", r.status());
+    }
 
     // Flush, then wait for the spans of both requests.
     let all = {
@@ -168,6 +173,12 @@ async fn every_request_is_one_trace_that_tells_its_budget_story() {
     };
     let names: Vec<String> = all.iter().map(|s| s.name.clone()).collect();
     eprintln!("{} spans: {names:?}", all.len());
+    assert!(
+        !names.iter().any(|n| ["/healthz", "/readyz", "/metrics"]
+            .iter()
+            .any(|p| n.ends_with(p))),
+        "a probe was traced: {names:?}"
+    );
     assert!(
         receiver
             .services
