@@ -335,6 +335,26 @@ async fn every_request_is_one_trace_that_tells_its_budget_story() {
     let call = find("llm.request");
     assert_eq!(call.parent_span_id, find("llm_ttft").span_id);
     assert_eq!(call.kind, 3, "SPAN_KIND_CLIENT");
+    // GenAI conventions: what the call produced, as ints; it was cut by
+    // the budget after three tokens.
+    assert_eq!(
+        attr(&call.attributes, "gen_ai.operation.name").as_deref(),
+        Some("chat")
+    );
+    assert!(
+        is_int(&call.attributes, "gen_ai.usage.output_tokens"),
+        "{:?}",
+        call.attributes
+    );
+    assert_eq!(
+        attr(&call.attributes, "gen_ai.usage.output_tokens").as_deref(),
+        Some("3")
+    );
+    assert_eq!(
+        attr(&call.attributes, "gen_ai.response.finish_reasons").as_deref(),
+        Some("length")
+    );
+    assert!(is_int(&call.attributes, "gen_ai.request.max_tokens"));
     let sent = fake.seen()[0].traceparent.clone().unwrap_or_default();
     assert_eq!(sent, format!("00-{trace_id}-{}-01", hex(&call.span_id)));
 

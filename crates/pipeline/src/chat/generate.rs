@@ -11,7 +11,7 @@ use crate::backend::{Backend, Backends};
 use crate::budget::{Done, RequestBudget, StageRun};
 use crate::chat::Output;
 use futures::StreamExt;
-use ragtime_core::{GenEvent, GenRequest, Stage, StageError, TokenStream, Usage};
+use ragtime_core::{GenEvent, GenRequest, Outcome, Stage, StageError, TokenStream, Usage};
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -28,6 +28,9 @@ pub(super) struct Started {
     pub backend: Arc<Backend>,
     /// The backend's slot, held until the generation ends.
     pub permit: Permit,
+    /// The call's client span: it ends with the generation, which records
+    /// its token usage and finish reason.
+    pub span: tracing::Span,
 }
 
 /// What happened on the way to a first token, beyond the stage's outcome.
@@ -90,9 +93,15 @@ async fn attempt(
         otel.kind = "client",
         server.address = backend.name(),
         gen_ai.request.model = request.model.as_str(),
+        gen_ai.operation.name = "chat",
         gen_ai.request.max_tokens = i64::from(request.max_tokens),
+        gen_ai.usage.input_tokens = tracing::field::Empty,
+        gen_ai.usage.output_tokens = tracing::field::Empty,
+        gen_ai.response.finish_reasons = tracing::field::Empty,
+        openinference.span.kind = "LLM",
         llm.queue_ms = crate::budget::span_ms(permit.queued),
     );
+    let call_span = span.clone();
     if let Some(tp) = ragtime_telemetry::traceparent(&span) {
         request.traceparent = Some(tp);
     }
@@ -128,6 +137,7 @@ async fn attempt(
                 ttft,
                 backend,
                 permit,
+                span: call_span,
             })
         }
         Err(e) => {
@@ -293,6 +303,7 @@ pub(super) async fn rest(
         first,
         backend,
         permit,
+        span,
         ..
     } = started;
     let mut s = Streamed {
@@ -343,6 +354,20 @@ pub(super) async fn rest(
         .await;
     // The slot is free once the backend is done with the request.
     drop(permit);
+    // What the call produced, on its client span (GenAI conventions); a
+    // stream cut short (budget, loop, failure) finished by "length".
+    let output = s.usage.map_or(s.tokens, |u| u.completion_tokens);
+    span.record("gen_ai.usage.output_tokens", i64::from(output));
+    if let Some(u) = s.usage {
+        span.record("gen_ai.usage.input_tokens", i64::from(u.prompt_tokens));
+    }
+    let finished = match (&run.outcome, &s.finish) {
+        (Outcome::Ok, Some(f)) if !s.looped => f.as_str(),
+        (Outcome::Ok, None) if !s.looped => "stop",
+        _ => "length",
+    };
+    span.record("gen_ai.response.finish_reasons", finished);
+    drop(span);
     if s.error.is_some() {
         backend.breaker.failure();
     }
