@@ -56,15 +56,21 @@ pub struct Chunk {
     pub text: String,
 }
 
+/// Where a piece of a document stands, as a reader (and the embedding
+/// model) is told: "title › section", either alone when the other is
+/// empty.
+pub fn heading_of(title: &str, section: &str) -> String {
+    match (title.is_empty(), section.is_empty()) {
+        (_, true) => title.to_owned(),
+        (true, false) => section.to_owned(),
+        (false, false) => format!("{title}{SECTION_SEP}{section}"),
+    }
+}
+
 impl Chunk {
-    /// Where the chunk stands, as a reader is told: "title › section",
-    /// either alone when the other is empty.
+    /// Where the chunk stands ([`heading_of`] its title and section).
     pub fn heading(&self) -> String {
-        match (self.title.is_empty(), self.section.is_empty()) {
-            (_, true) => self.title.clone(),
-            (true, false) => self.section.clone(),
-            (false, false) => format!("{}{SECTION_SEP}{}", self.title, self.section),
-        }
+        heading_of(&self.title, &self.section)
     }
 }
 

@@ -28,6 +28,12 @@ fn utf8(name: &str, bytes: Vec<u8>) -> Result<String, FileError> {
     })
 }
 
+/// `s` with each run of whitespace, line breaks included, made one space
+/// and none at either end.
+fn collapse(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 /// How a file is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Format {
@@ -318,7 +324,7 @@ pub fn pdf_blocks(text: &str) -> Vec<Block> {
     let mut blocks = Vec::new();
     let mut para = String::new();
     let flush = |para: &mut String, blocks: &mut Vec<Block>| {
-        let p = para.split_whitespace().collect::<Vec<_>>().join(" ");
+        let p = collapse(para);
         if !p.is_empty() {
             blocks.push(Block::Line(p));
         }
@@ -421,7 +427,7 @@ impl BlockText {
             return;
         }
         for l in cur.lines() {
-            let l = l.split_whitespace().collect::<Vec<_>>().join(" ");
+            let l = collapse(l);
             let l = l.trim_end_matches(" |").trim_end_matches('|').trim_end();
             if l.is_empty() {
                 continue;
@@ -452,7 +458,7 @@ pub fn markdown_blocks(md: &str) -> (Option<String>, Vec<Block>) {
                 heading = Some(level as u8);
             }
             Event::End(TagEnd::Heading(level)) => {
-                let text = b.cur.split_whitespace().collect::<Vec<_>>().join(" ");
+                let text = collapse(&b.cur);
                 if level as u8 == 1 && title.is_none() && !text.is_empty() {
                     title = Some(text);
                 }
@@ -551,7 +557,7 @@ pub fn html_blocks(html: &str) -> (Option<String>, Vec<Block>) {
                 .descendants()
                 .filter_map(|n| n.value().as_text().map(|x| x.to_string()))
                 .collect();
-            text.split_whitespace().collect::<Vec<_>>().join(" ")
+            collapse(&text)
         })
         .filter(|t| !t.is_empty());
     let element = |pick: &dyn Fn(&scraper::node::Element) -> bool| {

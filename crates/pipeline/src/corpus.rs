@@ -147,13 +147,12 @@ fn digest(parts: &[&[u8]]) -> String {
 /// The text embedded for a chunk: where it stands (its document's title
 /// and section path), then the chunk.
 fn embed_text(title: &str, section: &str, chunk: &str) -> String {
-    let at = match (title.is_empty(), section.is_empty()) {
-        (true, true) => return chunk.to_owned(),
-        (false, true) => title.to_owned(),
-        (true, false) => section.to_owned(),
-        (false, false) => format!("{title}{}{section}", ragtime_core::SECTION_SEP),
-    };
-    format!("{at}\n{chunk}")
+    let at = ragtime_core::heading_of(title, section);
+    if at.is_empty() {
+        chunk.to_owned()
+    } else {
+        format!("{at}\n{chunk}")
+    }
 }
 
 impl Corpus {

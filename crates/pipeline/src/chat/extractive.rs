@@ -394,43 +394,19 @@ mod tests {
         ];
         let r = ranked(&hits);
         let e = ragtime_testkit::HashEmbedder::new(8);
-        let a = extract(
-            "bank deposits",
-            None,
-            &r,
-            &e,
-            None,
-            Duration::from_millis(40),
-            Why::Chosen,
-        )
-        .await;
-        assert!(a.starts_with("> Deposits"), "words and rank alone: {a}");
-        let quick = Cross(Duration::from_millis(5));
-        let a = extract(
-            "bank deposits",
-            None,
-            &r,
-            &e,
-            Some(&quick),
-            Duration::from_millis(40),
-            Why::Chosen,
-        )
-        .await;
-        assert!(
-            a.starts_with("> The river"),
-            "the cross-encoder's choice: {a}"
+        let (quick, slow) = (
+            Cross(Duration::from_millis(5)),
+            Cross(Duration::from_millis(500)),
         );
-        let slow = Cross(Duration::from_millis(500));
-        let a = extract(
-            "bank deposits",
-            None,
-            &r,
-            &e,
-            Some(&slow),
-            Duration::from_millis(40),
-            Why::Chosen,
-        )
-        .await;
-        assert!(a.starts_with("> Deposits"), "too slow: not waited for: {a}");
+        let cases: [(Option<&dyn Reranker>, &str, &str); 3] = [
+            (None, "> Deposits", "words and rank alone"),
+            (Some(&quick), "> The river", "the cross-encoder's choice"),
+            (Some(&slow), "> Deposits", "too slow: not waited for"),
+        ];
+        for (cross, starts, why) in cases {
+            let time = Duration::from_millis(40);
+            let a = extract("bank deposits", None, &r, &e, cross, time, Why::Chosen).await;
+            assert!(a.starts_with(starts), "{why}: {a}");
+        }
     }
 }
