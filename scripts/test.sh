@@ -8,6 +8,7 @@
 #   needs_shared         ../shared beside the clone: the cross-encoder, SciFact
 #   needs_openai_client  the official openai Python client (installed here)
 #   needs_chromium       Debian's chromium + playwright-core (installed here)
+#   needs_phoenix        Arize Phoenix, a trace store (pinned, installed here)
 #
 # With RAGTIME_TEST_REQUIRE_ALL=1 (CI), a missing group fails the run.
 set -euo pipefail
@@ -43,6 +44,26 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 export RAGTIME_TEST_PYTHONPATH="$CACHE/py"
+
+# Arize Phoenix, a real trace store, for the traces test: every package
+# pinned with its checksum (about 190 MB of wheels, once per version of the
+# requirements file). Without python3 -m pip that group says it did not run.
+req=services/gateway/tests/e2e/phoenix-requirements.txt
+stamp="$CACHE/.stamp-py-phoenix"
+want=$(sha256sum "$req" | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "test: installing Arize Phoenix (pinned, checksummed) into $CACHE/phoenix" >&2
+  rm -rf "$CACHE/phoenix"
+  if python3 -m pip install --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
+    --require-hashes --target "$CACHE/phoenix" -r "$req" >&2; then
+    echo "$want" > "$stamp"
+  else
+    echo "test: pip could not install $req" >&2
+  fi
+fi
+if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+  export RAGTIME_TEST_PHOENIX_PYTHONPATH="$CACHE/phoenix"
+fi
 
 # Headless Chromium (Debian) and playwright-core (npm, pinned) for the admin
 # page's browser test. Installed when missing if we can (root with apt-get);
@@ -80,6 +101,8 @@ group shared "../shared beside the clone (the cross-encoder and SciFact)" \
   "$([ -n "${RAGTIME_TEST_RERANK_DIR:-}" ] && [ -n "${RAGTIME_SCIFACT:-}" ] && echo 1)"
 group openai_client "the openai Python client (pip could not install it)" \
   "$([ -n "${RAGTIME_TEST_PYTHONPATH:-}" ] && echo 1)"
+group phoenix "Arize Phoenix (pip could not install it)" \
+  "$([ -n "${RAGTIME_TEST_PHOENIX_PYTHONPATH:-}" ] && echo 1)"
 group chromium "chromium and npm (install them, or run as root with apt-get)" \
   "$([ -n "${RAGTIME_TEST_NODE_PATH:-}" ] && echo 1)"
 

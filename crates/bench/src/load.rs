@@ -405,6 +405,18 @@ pub async fn load(data: &SciFact) {
     server.stop().await;
 }
 
+/// Serves `app` on a free loopback port, in the background; its base URL.
+pub async fn serve(app: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    format!("http://127.0.0.1:{port}")
+}
+
 /// A fault-injecting OpenAI-compatible backend: every `stall_every`th
 /// request waits `stall` before its first token.
 pub struct FakeBackend {
@@ -434,15 +446,8 @@ impl FakeBackend {
                     async move { fake_stream(wait) }
                 }),
             );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let port = listener.local_addr().expect("addr").port();
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
         FakeBackend {
-            base_url: format!("http://127.0.0.1:{port}/v1"),
+            base_url: format!("{}/v1", serve(app).await),
             requests,
         }
     }

@@ -11,6 +11,8 @@
 //!   (see `cache_bench`).
 //! - `load`, `hedge`, `kill`: the chat path under load, with hedging, and
 //!   with a backend killed (see `load`; not part of `all`).
+//! - `tracing`: search latency with spans off, sampled at 0.1 and all
+//!   exported (see `tracing_cost`; not part of `all`).
 //!
 //! - `scifact`: ingests the BEIR SciFact corpus (`../shared/data/scifact`,
 //!   or `RAGTIME_SCIFACT`), reports ingest throughput, and nDCG@10 on the
@@ -27,6 +29,7 @@ mod data;
 mod load;
 mod rerank_bench;
 mod stats;
+mod tracing_cost;
 
 use data::{SciFact, load_scifact};
 use ragtime_core::{Cancel, Filter};
@@ -112,6 +115,10 @@ async fn main() {
             "hedge" => load::hedge(&data).await,
             _ => load::kill(&data).await,
         }
+        return;
+    }
+    if what == "tracing" {
+        tracing_cost::tracing_cost(&data).await;
         return;
     }
     if what == "chat" {
@@ -292,12 +299,14 @@ async fn ingest_scifact(data: &SciFact) -> (Rag, tempfile::TempDir) {
 }
 
 /// The top 100 chunks for `text` under the generous bench budget.
-async fn top100(
+/// The best `k` chunks for `text` (search at the benchmark's budgets).
+async fn top_chunks(
     rag: &Rag,
     index: &Arc<CollectionIndex>,
     text: &str,
     mode: Mode,
-) -> ragtime_pipeline::search::SearchOutcome {
+    k: usize,
+) -> SearchOutcome {
     let budget = RequestBudget::start(&bench_profile(), &SEARCH_PLAN, None);
     search(
         &budget,
@@ -305,7 +314,7 @@ async fn top100(
         index,
         &SearchRequest {
             query: text.to_owned(),
-            top_k: 100,
+            top_k: k,
             mode,
             filter: Filter::All,
         },
@@ -313,38 +322,61 @@ async fn top100(
     .await
 }
 
+/// Distinct documents in rank order (a document ranks where its best chunk
+/// does).
+fn documents(out: &SearchOutcome, n: usize) -> Vec<&str> {
+    let mut seen = HashSet::new();
+    out.hits
+        .iter()
+        .map(|h| h.chunk.external_id.as_str())
+        .filter(|d| seen.insert(*d))
+        .take(n)
+        .collect()
+}
+
 async fn scifact_quality(rag: &Rag, data: &SciFact) {
     let index = rag.corpus.collection("scifact").await.expect("collection");
     println!(
-        "\n## retrieval quality: BEIR SciFact train queries ({} queries), nDCG@10 (documents)",
+        "\n## retrieval quality: BEIR SciFact train queries ({} queries), documents",
         data.queries.len()
     );
-    println!("| mode | nDCG@10 | p50 ms | p99 ms |");
-    println!("|---|---:|---:|---:|");
+    println!(
+        "(recall@100: relevant documents among the first 100 retrieved; none found: queries with no relevant document in those 100)"
+    );
+    println!("| mode | nDCG@10 | recall@100 | none found | p50 ms | p99 ms |");
+    println!("|---|---:|---:|---:|---:|---:|");
     for (name, mode) in [
         ("lexical (BM25)", Mode::Lexical),
         ("dense (MiniLM)", Mode::Dense),
         ("hybrid (RRF)", Mode::Hybrid),
     ] {
         let mut total = 0.0;
+        let mut recall = 0.0;
+        let mut none = 0usize;
         let mut times = Vec::with_capacity(data.queries.len());
         for (qid, text) in &data.queries {
+            let relevant = data.qrels.get(qid).cloned().unwrap_or_default();
             let t = Instant::now();
-            let out = top100(rag, &index, text, mode).await;
+            let out = top_chunks(rag, &index, text, mode, 100).await;
             times.push(t.elapsed());
-            let mut seen = HashSet::new();
-            let ranked: Vec<&str> = out
-                .hits
+            total += ndcg_at_10(&documents(&out, 10), &relevant);
+            // Deeper, untimed: enough chunks for 100 distinct documents.
+            let deep = top_chunks(rag, &index, text, mode, 400).await;
+            let found = documents(&deep, 100)
                 .iter()
-                .map(|h| h.chunk.external_id.as_str())
-                .filter(|d| seen.insert(*d))
-                .take(10)
-                .collect();
-            total += ndcg_at_10(&ranked, data.qrels.get(qid).unwrap_or(&HashSet::new()));
+                .filter(|d| relevant.contains(**d))
+                .count();
+            if !relevant.is_empty() {
+                recall += found as f64 / relevant.len() as f64;
+            }
+            none += usize::from(found == 0);
         }
+        let n = data.queries.len() as f64;
         println!(
-            "| {name} | {:.4} | {:.2} | {:.2} |",
-            total / data.queries.len() as f64,
+            "| {name} | {:.4} | {:.4} | {:.1} % | {:.2} | {:.2} |",
+            total / n,
+            recall / n,
+            none as f64 * 100.0 / n,
             pct(&mut times, 50.0),
             pct(&mut times, 99.0)
         );

@@ -7,7 +7,7 @@
 use crate::Rag;
 use crate::data::SciFact;
 use crate::stats::{ndcg_at_10, pct};
-use crate::{cache, env_usize, top100};
+use crate::{cache, env_usize, top_chunks};
 use ragtime_core::Cancel;
 use ragtime_core::Passage as SearchHit;
 use ragtime_pipeline::rerank::{blend, passage};
@@ -54,7 +54,7 @@ pub async fn rerank(rag: &Rag, data: &SciFact) {
     // Hybrid candidates for every train query.
     let mut lists = Vec::with_capacity(data.queries.len());
     for (qid, text) in &data.queries {
-        let out = top100(rag, &index, text, Mode::Hybrid).await;
+        let out = top_chunks(rag, &index, text, Mode::Hybrid, 100).await;
         lists.push((qid.clone(), text.clone(), out.hits));
     }
     let none = HashSet::new();

@@ -139,12 +139,14 @@ pub(crate) fn span_ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// A span named after the stage, with the four budget attributes.
+/// A span named after the stage, with the four budget attributes and, for
+/// LLM-specific trace stores (Phoenix), the OpenInference span kind.
 fn stage_span(stage: Stage, budget: Duration) -> Span {
     macro_rules! span {
-        ($name:literal) => {
+        ($name:literal, $kind:literal) => {
             tracing::info_span!(
                 $name,
+                openinference.span.kind = $kind,
                 budget.ms = span_ms(budget),
                 budget.elapsed_ms = field::Empty,
                 budget.remaining_ms = field::Empty,
@@ -153,12 +155,13 @@ fn stage_span(stage: Stage, budget: Duration) -> Span {
         };
     }
     match stage {
-        Stage::Cache => span!("cache"),
-        Stage::Embed => span!("embed"),
-        Stage::Retrieve => span!("retrieve"),
-        Stage::Rerank => span!("rerank"),
+        Stage::Cache => span!("cache", "CHAIN"),
+        Stage::Embed => span!("embed", "EMBEDDING"),
+        Stage::Retrieve => span!("retrieve", "RETRIEVER"),
+        Stage::Rerank => span!("rerank", "RERANKER"),
         Stage::LlmTtft => tracing::info_span!(
             "llm_ttft",
+            openinference.span.kind = "CHAIN",
             budget.ms = span_ms(budget),
             budget.elapsed_ms = field::Empty,
             budget.remaining_ms = field::Empty,
@@ -168,8 +171,8 @@ fn stage_span(stage: Stage, budget: Duration) -> Span {
             llm.queue_depth = field::Empty,
             llm.hedged = field::Empty,
         ),
-        Stage::LlmGenerate => span!("llm_generate"),
-        Stage::Verify => span!("verify"),
+        Stage::LlmGenerate => span!("llm_generate", "CHAIN"),
+        Stage::Verify => span!("verify", "EVALUATOR"),
     }
 }
 

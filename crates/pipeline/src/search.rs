@@ -153,7 +153,10 @@ pub async fn retrieve(
                     None => Ok(None),
                 }
             }
-            .instrument(tracing::info_span!("dense"));
+            .instrument(tracing::info_span!(
+                "dense",
+                openinference.span.kind = "RETRIEVER"
+            ));
             let lexical = async {
                 if want_lexical {
                     retriever
@@ -164,7 +167,10 @@ pub async fn retrieve(
                     Ok(None)
                 }
             }
-            .instrument(tracing::info_span!("lexical"));
+            .instrument(tracing::info_span!(
+                "lexical",
+                openinference.span.kind = "RETRIEVER"
+            ));
             both(dense, lexical, &ctx).await
         })
         .await;

@@ -39,6 +39,24 @@ pub struct Settings {
     pub history_messages: usize,
     pub rerank: RerankParams,
     pub answer: AnswerSettings,
+    /// Put each chat's question and answer on its trace's root span
+    /// (`input.value`, `output.value`, at most [`CAPTURED_BYTES`] each).
+    pub capture_content: bool,
+}
+
+/// The most of a question or an answer put on a span.
+pub const CAPTURED_BYTES: usize = 4096;
+
+/// `text` cut to at most `max` bytes, at a character boundary.
+fn bounded(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// How chat answers are made when the request does not say (`[chat]`).
@@ -272,7 +290,7 @@ impl Pipeline {
         };
         let out = search::run(&budget, &deps, &req).await;
         let reason = out.report.first_degraded().map(|s| s.stage.name());
-        self.record(&out.report, reason, arm);
+        let _ = self.record(&out.report, reason, arm);
         Ok(out)
     }
 
@@ -287,7 +305,10 @@ impl Pipeline {
         let done = embeddings::run(&profile, self.corpus.embedder.as_ref(), texts, arrived).await;
         match &done {
             Ok(Embedded { report, .. }) | Err(PipelineError::BudgetExceeded { report, .. }) => {
-                self.metrics.record_report(report);
+                let degraded = done.is_err() || report.stages.iter().any(|s| s.overran);
+                let trace =
+                    ragtime_telemetry::exported_trace_id(&tracing::Span::current(), degraded);
+                self.metrics.record_report(report, trace.as_deref());
             }
             Err(_) => {}
         }
@@ -351,6 +372,11 @@ impl Pipeline {
                 me.run_chat(&budget, retriever.as_ref(), &input, &tx).await
             };
             me.record_chat(&answer, arm);
+            if me.settings.capture_content {
+                let span = tracing::Span::current();
+                span.record("input.value", bounded(&input.query, CAPTURED_BYTES));
+                span.record("output.value", bounded(&answer.text, CAPTURED_BYTES));
+            }
             // The next turn of this conversation reads its history only
             // once this one is stored: take the lock before the answer ends.
             let lock = me.writing_lock(&conversation);
@@ -467,20 +493,30 @@ impl Pipeline {
 
     /// A request's story into the metrics, onto its root span and into its
     /// experiment arm.
-    fn record(&self, report: &BudgetReport, partial_reason: Option<&str>, arm: ArmOf) {
-        self.metrics.record_report(report);
+    /// Returns the request's trace id when its trace will be exported (the
+    /// exemplar of its metrics).
+    fn record(
+        &self,
+        report: &BudgetReport,
+        partial_reason: Option<&str>,
+        arm: ArmOf,
+    ) -> Option<String> {
+        let span = tracing::Span::current();
+        let degraded = partial_reason.is_some() || report.stages.iter().any(|s| s.overran);
+        let trace = ragtime_telemetry::exported_trace_id(&span, degraded);
+        self.metrics.record_report(report, trace.as_deref());
         if let Some((e, a)) = arm {
             e.record(a, report, partial_reason.is_some());
         }
-        let span = tracing::Span::current();
         span.record("ragtime.partial", partial_reason.is_some());
         if let Some(r) = partial_reason {
             span.record("ragtime.partial_reason", r);
         }
+        trace
     }
 
     fn record_chat(&self, a: &ChatAnswer, arm: ArmOf) {
-        self.record(&a.report, a.partial_reason.as_deref(), arm);
+        let trace = self.record(&a.report, a.partial_reason.as_deref(), arm);
         let m = &self.metrics;
         if let Some(r) = &a.partial_reason {
             m.partial_answer(r);
@@ -490,7 +526,7 @@ impl Pipeline {
             m.cache_lookup(a.cached);
         }
         if let Some(t) = ok(Stage::LlmTtft) {
-            m.ttft(Duration::from_millis(t.elapsed_ms));
+            m.ttft(Duration::from_millis(t.elapsed_ms), trace.as_deref());
         }
         if let Some(d) = a.first_chunk {
             m.first_chunk(d);
@@ -512,5 +548,17 @@ impl Pipeline {
                 Duration::from_millis(g.elapsed_ms) / (a.usage.completion_tokens - 1),
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn captured_text_is_cut_at_a_character_boundary() {
+        assert_eq!(bounded("héllo", 2), "h");
+        assert_eq!(bounded("héllo", 3), "hé");
+        assert_eq!(bounded("héllo", 99), "héllo");
     }
 }

@@ -8,7 +8,11 @@
 //! format (`traceparent` in, `traceparent` out).
 
 pub mod metrics;
+pub mod sampling;
 pub mod window;
+
+pub use sampling::Sampling;
+pub use tracing_subscriber::EnvFilter;
 
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
 use opentelemetry::trace::TracerProvider as _;
@@ -21,7 +25,8 @@ use opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProces
 use std::collections::HashMap;
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::Layer as _;
+use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -53,12 +58,14 @@ impl OtlpProtocol {
 }
 
 /// Where and how to export spans.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Otlp {
     /// The collector, e.g. `http://127.0.0.1:4317` (gRPC) or
     /// `http://127.0.0.1:4318` (HTTP; `/v1/traces` is appended).
     pub endpoint: String,
     pub protocol: OtlpProtocol,
+    /// Which traces are exported (all, by default).
+    pub sampling: Sampling,
 }
 
 /// Keeps the exporter alive; [`Telemetry::shutdown`] flushes it.
@@ -104,9 +111,11 @@ pub fn tracer_provider(otlp: &Otlp) -> Result<SdkTracerProvider, String> {
             .build(),
     }
     .map_err(|e| format!("OTLP exporter for {}: {e}", otlp.endpoint))?;
-    let processor = BatchSpanProcessor::builder(exporter, runtime::Tokio).build();
+    let batch = BatchSpanProcessor::builder(exporter, runtime::Tokio).build();
+    let tail = sampling::TailProcessor::new(batch, otlp.sampling.buffer_spans);
     Ok(SdkTracerProvider::builder()
-        .with_span_processor(processor)
+        .with_sampler(sampling::HeadSampler::new(otlp.sampling.ratio))
+        .with_span_processor(tail)
         .with_resource(
             Resource::builder()
                 .with_service_name("ragtime")
@@ -130,32 +139,59 @@ where
 /// Installs the global subscriber (later calls do nothing, so tests can
 /// call it freely) and, with `otlp`, the span exporter.
 pub fn init(format: LogFormat, otlp: Option<&Otlp>) -> Telemetry {
-    opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    init_with_log_filter(format, otlp, filter)
+}
+
+/// As [`init`], with the log filter given rather than read from
+/// `RUST_LOG`. It filters the logs only, never the exported spans.
+pub fn init_with_log_filter(
+    format: LogFormat,
+    otlp: Option<&Otlp>,
+    filter: EnvFilter,
+) -> Telemetry {
+    opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
     let (provider, otlp_error) = match otlp.map(tracer_provider) {
         Some(Ok(p)) => (Some(p), None),
         Some(Err(e)) => (None, Some(e)),
         None => (None, None),
     };
-    let otel = provider.as_ref().map(otel_layer);
-    let registry = tracing_subscriber::registry().with(filter).with(otel);
+    sampling::set_exporting(provider.is_some());
+    // Each layer has its own filter: `RUST_LOG` says what is logged, and
+    // never what is traced (RUST_LOG=warn must not empty the traces). The
+    // exporter takes ragtime's spans, which are all at INFO, and the
+    // events inside them from INFO up.
+    let otel = provider
+        .as_ref()
+        .map(|p| otel_layer(p).with_filter(LevelFilter::INFO));
+    let registry = tracing_subscriber::registry().with(otel);
     let _ = match format {
         LogFormat::Json => registry
             .with(
                 tracing_subscriber::fmt::layer()
                     .json()
                     .flatten_event(true)
-                    .with_current_span(true),
+                    .with_current_span(true)
+                    .with_filter(filter),
             )
             .try_init(),
         LogFormat::Pretty => registry
-            .with(tracing_subscriber::fmt::layer().compact())
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .compact()
+                    .with_filter(filter),
+            )
             .try_init(),
     };
     if let Some(e) = otlp_error {
         tracing::error!(error = %e, "spans will not be exported");
     } else if let Some(o) = otlp {
-        tracing::info!(endpoint = %o.endpoint, protocol = ?o.protocol, "exporting spans over OTLP");
+        tracing::info!(
+            endpoint = %o.endpoint,
+            protocol = ?o.protocol,
+            sample_ratio = o.sampling.ratio,
+            "exporting spans over OTLP (every degraded request, and this share of the rest)"
+        );
     }
     Telemetry { provider }
 }
@@ -199,4 +235,18 @@ pub fn traceparent(span: &Span) -> Option<String> {
     let mut c = Collect(HashMap::new());
     TraceContextPropagator::new().inject_context(&span.context(), &mut c);
     c.0.remove("traceparent")
+}
+
+/// The trace id of `span`'s trace, for an exemplar, when that trace will be
+/// exported: it was chosen at its head (a sampled caller, or the ratio), or
+/// `degraded` says the request was partial or overran (those are always
+/// kept). None when spans are not exported.
+pub fn exported_trace_id(span: &Span, degraded: bool) -> Option<String> {
+    use opentelemetry::trace::TraceContextExt;
+    if !sampling::exporting() {
+        return None;
+    }
+    let cx = span.context();
+    let sc = cx.span().span_context().clone();
+    (sc.is_valid() && (sc.is_sampled() || degraded)).then(|| sc.trace_id().to_string())
 }

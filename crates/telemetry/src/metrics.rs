@@ -15,7 +15,7 @@ use ragtime_core::{BudgetReport, Outcome, Stage};
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 /// Upper bounds in seconds: 1 ms to 30 s, roughly ×2.5 apart.
 pub const LATENCY_BUCKETS: [f64; 14] = [
@@ -133,6 +133,12 @@ pub struct TraceLabel {
 }
 
 pub type LatencyHistogram = HistogramWithExemplars<TraceLabel>;
+
+fn exemplar(trace: Option<&str>) -> Option<TraceLabel> {
+    trace.map(|t| TraceLabel {
+        trace_id: t.to_owned(),
+    })
+}
 
 #[derive(Clone)]
 struct Buckets(&'static [f64]);
@@ -313,6 +319,27 @@ impl Metrics {
             "The degradation level of the latest request (0: none)",
             self.load_level.clone(),
         );
+        let c = crate::sampling::counters();
+        r.register(
+            "ragtime_trace_spans_exported",
+            "Spans handed to the OTLP exporter",
+            c.exported_spans.clone(),
+        );
+        r.register(
+            "ragtime_trace_spans_dropped",
+            "Spans of traces not chosen yet that found the sampling buffer full",
+            c.dropped_spans.clone(),
+        );
+        r.register(
+            "ragtime_traces_kept_degraded",
+            "Traces outside the sample ratio exported because the request degraded",
+            c.kept_degraded.clone(),
+        );
+        r.register(
+            "ragtime_traces_sampled_out",
+            "Healthy traces outside the sample ratio, not exported",
+            c.sampled_out.clone(),
+        );
         r.register(
             "ragtime_first_chunk_seconds",
             "Time from a chat request's arrival to its first chunk (the sources)",
@@ -321,15 +348,25 @@ impl Metrics {
         self
     }
 
-    /// One stage's end.
-    pub fn stage(&self, stage: Stage, outcome: Outcome, elapsed: Duration, overran: bool) {
+    /// One stage's end; `trace`, the exemplar: the id of the request's
+    /// trace when it is exported.
+    pub fn stage(
+        &self,
+        stage: Stage,
+        outcome: Outcome,
+        elapsed: Duration,
+        overran: bool,
+        trace: Option<&str>,
+    ) {
         let labels = StageOutcome {
             stage: StageLabel(stage),
             outcome: OutcomeLabel(outcome),
         };
-        self.stage
-            .get_or_create(&labels)
-            .observe(elapsed.as_secs_f64(), None, None);
+        self.stage.get_or_create(&labels).observe(
+            elapsed.as_secs_f64(),
+            exemplar(trace),
+            trace.map(|_| SystemTime::now()),
+        );
         if overran {
             self.overruns
                 .get_or_create(&StageOnly {
@@ -343,15 +380,17 @@ impl Metrics {
         }
     }
 
-    /// A finished request's budget story, and the one log line an overrun
+    /// A finished request's budget story (`trace`: its exported trace, the
+    /// exemplar of each stage's bucket), and the one log line an overrun
     /// deserves.
-    pub fn record_report(&self, report: &BudgetReport) {
+    pub fn record_report(&self, report: &BudgetReport, trace: Option<&str>) {
         for s in &report.stages {
             self.stage(
                 s.stage,
                 s.outcome,
                 Duration::from_millis(s.elapsed_ms),
                 s.overran,
+                trace,
             );
         }
         let overran: Vec<String> = report
@@ -409,8 +448,12 @@ impl Metrics {
         self.cache.get_or_create(&CacheLabels { result }).inc();
     }
 
-    pub fn ttft(&self, d: Duration) {
-        self.ttft.observe(d.as_secs_f64(), None, None);
+    pub fn ttft(&self, d: Duration, trace: Option<&str>) {
+        self.ttft.observe(
+            d.as_secs_f64(),
+            exemplar(trace),
+            trace.map(|_| SystemTime::now()),
+        );
     }
 
     pub fn time_per_output_token(&self, d: Duration) {
@@ -560,13 +603,26 @@ mod tests {
     #[test]
     fn histograms_counters_and_gauges_render_as_openmetrics_text() {
         let m = Arc::new(Metrics::default());
-        m.stage(Stage::Embed, Outcome::Ok, Duration::from_millis(3), false);
-        m.stage(Stage::Embed, Outcome::Ok, Duration::from_millis(30), false);
+        m.stage(
+            Stage::Embed,
+            Outcome::Ok,
+            Duration::from_millis(3),
+            false,
+            None,
+        );
+        m.stage(
+            Stage::Embed,
+            Outcome::Ok,
+            Duration::from_millis(30),
+            false,
+            Some("4bf92f3577b34da6a3ce929d0e0e4736"),
+        );
         m.stage(
             Stage::Rerank,
             Outcome::Partial,
             Duration::from_millis(600),
             true,
+            None,
         );
         m.cache_lookup(true);
         for _ in 0..3 {
@@ -587,6 +643,10 @@ mod tests {
             "ragtime_cache_hit_ratio 0.25",
             "ragtime_http_requests_in_flight 1",
             "ragtime_stage_budget_seconds{stage=\"rerank\"} 0.5",
+            // The exemplar: the trace of the request in that bucket.
+            "ragtime_stage_duration_seconds_bucket{le=\"0.05\",stage=\"embed\",outcome=\"ok\"} 2 # {trace_id=\"4bf92f3577b34da6a3ce929d0e0e4736\"} 0.03 ",
+            "ragtime_trace_spans_dropped_total ",
+            "ragtime_traces_kept_degraded_total ",
         ] {
             assert!(text.contains(want), "{want} not in:\n{text}");
         }

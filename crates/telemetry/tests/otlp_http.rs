@@ -41,6 +41,7 @@ async fn spans_reach_an_http_protobuf_collector() {
     let provider = tracer_provider(&Otlp {
         endpoint: format!("http://127.0.0.1:{port}"),
         protocol: OtlpProtocol::HttpProtobuf,
+        sampling: Default::default(),
     })
     .expect("provider");
     let subscriber = tracing_subscriber::registry().with(otel_layer(&provider));
@@ -88,6 +89,7 @@ async fn an_unreachable_collector_does_not_hold_up_the_work() {
         let provider = tracer_provider(&Otlp {
             endpoint: format!("http://127.0.0.1:{port}"),
             protocol,
+            sampling: Default::default(),
         })
         .expect("building the exporter does not connect");
         let subscriber = tracing_subscriber::registry().with(otel_layer(&provider));

@@ -46,6 +46,10 @@ pub fn init_telemetry(config: &Config) -> ragtime_telemetry::Telemetry {
             endpoint: endpoint.clone(),
             protocol: ragtime_telemetry::OtlpProtocol::parse(&config.telemetry.otlp_protocol)
                 .unwrap_or(ragtime_telemetry::OtlpProtocol::Grpc),
+            sampling: ragtime_telemetry::Sampling {
+                ratio: config.telemetry.sample_ratio,
+                buffer_spans: config.telemetry.sample_buffer_spans,
+            },
         });
     ragtime_telemetry::init(format, otlp.as_ref())
 }

@@ -409,6 +409,17 @@ pub struct TelemetryConfig {
     pub otlp_endpoint: Option<String>,
     /// From `OTEL_EXPORTER_OTLP_PROTOCOL`: `grpc` (default) or `http/protobuf`.
     pub otlp_protocol: String,
+    /// Share of healthy requests whose trace is exported, 0 to 1 (a caller's
+    /// sampled `traceparent` is honoured). Degraded requests — partial, a
+    /// stage overran, shed, failed — are exported whatever it is.
+    pub sample_ratio: f64,
+    /// Spans of not-yet-chosen traces held until their request ends; past
+    /// it spans are dropped (and counted).
+    pub sample_buffer_spans: usize,
+    /// Put the question and the answer on the request's span
+    /// (`input.value`, `output.value`, at most 4 KiB each). Off by default:
+    /// traces then carry no user content.
+    pub capture_content: bool,
 }
 
 impl Default for Config {
@@ -491,6 +502,9 @@ impl Default for TelemetryConfig {
             log_format: LogFormatSetting::Auto,
             otlp_endpoint: None,
             otlp_protocol: "grpc".into(),
+            sample_ratio: 1.0,
+            sample_buffer_spans: 20_000,
+            capture_content: false,
         }
     }
 }
@@ -566,6 +580,16 @@ impl Config {
             && k.expose().len() < 16
         {
             return Err(invalid("admin_key", "must be at least 16 characters"));
+        }
+        let t = &self.telemetry;
+        if !(0.0..=1.0).contains(&t.sample_ratio) {
+            return Err(invalid("telemetry.sample_ratio", "must be between 0 and 1"));
+        }
+        if !(100..=10_000_000).contains(&t.sample_buffer_spans) {
+            return Err(invalid(
+                "telemetry.sample_buffer_spans",
+                "must be between 100 and 10000000",
+            ));
         }
         if self.llm.model.trim().is_empty() {
             return Err(invalid("llm.model", "must not be empty"));

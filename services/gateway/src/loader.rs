@@ -166,6 +166,7 @@ pub async fn load(state: &AppState, overrides: Overrides) -> Result<Pipeline, St
             weight: r.weight,
         },
         answer: config.answers(),
+        capture_content: config.telemetry.capture_content,
     };
     Ok(Pipeline::new(
         corpus,

@@ -30,6 +30,7 @@ pub fn request_span(req: &Request) -> Span {
         "request",
         otel.name = format!("{} {route}", req.method()),
         otel.kind = "server",
+        openinference.span.kind = "CHAIN",
         http.request.method = %req.method(),
         http.route = route,
         url.path = %req.uri().path(),
@@ -41,6 +42,8 @@ pub fn request_span(req: &Request) -> Span {
         ragtime.experiment_arm = field::Empty,
         ragtime.load_level = field::Empty,
         llm.hedged = field::Empty,
+        input.value = field::Empty,
+        output.value = field::Empty,
     );
     ragtime_telemetry::continue_trace(&span, header("traceparent"), header("tracestate"));
     span

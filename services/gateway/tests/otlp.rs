@@ -100,12 +100,15 @@ async fn every_request_is_one_trace_that_tells_its_budget_story() {
         .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener));
     tokio::spawn(server);
 
-    let telemetry = ragtime_telemetry::init(
+    // Logs at WARN only: what is logged never decides what is traced.
+    let telemetry = ragtime_telemetry::init_with_log_filter(
         ragtime_telemetry::LogFormat::Json,
         Some(&ragtime_telemetry::Otlp {
             endpoint: format!("http://127.0.0.1:{port}"),
             protocol: ragtime_telemetry::OtlpProtocol::Grpc,
+            sampling: Default::default(),
         }),
+        ragtime_telemetry::EnvFilter::new("warn"),
     );
 
     // Generation stalls after three tokens: llm_generate overruns.
@@ -263,6 +266,27 @@ async fn every_request_is_one_trace_that_tells_its_budget_story() {
         Some("llm_generate")
     );
     assert!(attr(&root.attributes, "tenant").is_some());
+    // No user content on a span unless telemetry.capture_content says so.
+    for k in ["input.value", "output.value"] {
+        assert!(attr(&root.attributes, k).is_none(), "{k} on the root");
+    }
+    // OpenInference span kinds, for LLM-specific stores (Phoenix).
+    for (name, kind) in [
+        ("POST /v1/chat/completions", "CHAIN"),
+        ("embed", "EMBEDDING"),
+        ("retrieve", "RETRIEVER"),
+        ("dense", "RETRIEVER"),
+        ("lexical", "RETRIEVER"),
+        ("rerank", "RERANKER"),
+        ("llm_ttft", "CHAIN"),
+        ("llm.request", "LLM"),
+    ] {
+        assert_eq!(
+            attr(&find(name).attributes, "openinference.span.kind").as_deref(),
+            Some(kind),
+            "{name}"
+        );
+    }
     // The one log line of an overrun, on the request's span.
     assert!(
         root.events

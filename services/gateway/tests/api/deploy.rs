@@ -27,11 +27,12 @@ fn exported() -> BTreeSet<String> {
         Outcome::Partial,
         Duration::from_millis(5),
         true,
+        None,
     );
     m.partial_answer("llm_ttft");
     m.request("/v1/search", 200);
     m.cache_lookup(true);
-    m.ttft(Duration::from_millis(5));
+    m.ttft(Duration::from_millis(5), None);
     m.time_per_output_token(Duration::from_millis(5));
     m.set_budget(Some(Stage::Rerank), 500);
     let _busy = (m.in_flight(), m.llm_in_flight());
@@ -67,7 +68,14 @@ fn referenced(expr: &str) -> Vec<String> {
 fn compose_brings_ragtime_jaeger_and_the_profiles_on_loopback_only() {
     let c = yaml("docker-compose.yml");
     let services = c["services"].as_mapping().expect("services");
-    for name in ["ragtime", "jaeger", "postgres", "vllm", "prometheus"] {
+    for name in [
+        "ragtime",
+        "jaeger",
+        "postgres",
+        "vllm",
+        "prometheus",
+        "phoenix",
+    ] {
         assert!(services.contains_key(name), "service {name}");
     }
     for (name, svc) in services {
@@ -89,7 +97,20 @@ fn compose_brings_ragtime_jaeger_and_the_profiles_on_loopback_only() {
     let env = &c["services"]["ragtime"]["environment"];
     assert_eq!(
         env["OTEL_EXPORTER_OTLP_ENDPOINT"].as_str(),
-        Some("http://jaeger:4317")
+        Some("${OTEL_EXPORTER_OTLP_ENDPOINT:-http://jaeger:4317}"),
+        "Jaeger unless the user points it elsewhere"
+    );
+    assert_eq!(
+        c["services"]["phoenix"]["profiles"][0].as_str(),
+        Some("phoenix")
+    );
+    // Exemplars need Prometheus's exemplar storage.
+    assert!(
+        c["services"]["prometheus"]["command"]
+            .as_sequence()
+            .is_some_and(|c| c
+                .iter()
+                .any(|a| a.as_str() == Some("--enable-feature=exemplar-storage")))
     );
     assert_eq!(
         c["services"]["postgres"]["profiles"][0].as_str(),
@@ -132,10 +153,21 @@ fn alerts_and_dashboard_name_only_exported_metrics() {
     let dash: Value = serde_json::from_str(&text).expect("dashboard json");
     let panels = dash["panels"].as_array().expect("panels");
     assert!(panels.len() >= 5);
+    let mut exemplars = Vec::new();
     for p in panels {
         for t in p["targets"].as_array().expect("targets") {
             exprs.push(t["expr"].as_str().expect("expr").to_owned());
+            if t["exemplar"] == true {
+                exemplars.push(t["expr"].as_str().unwrap_or_default().to_owned());
+            }
         }
+    }
+    // The latency panels show exemplars (the histograms that carry them).
+    for h in ["ragtime_stage_duration_seconds", "ragtime_llm_ttft_seconds"] {
+        assert!(
+            exemplars.iter().any(|e| e.contains(h)),
+            "no exemplars shown for {h}"
+        );
     }
     let mut seen = 0;
     for e in &exprs {

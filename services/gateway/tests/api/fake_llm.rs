@@ -23,6 +23,9 @@ pub enum Behaviour {
     StallAfter { tokens: usize },
     /// Answers 500.
     Fail,
+    /// Stalls before the first token when the request mentions `marker`,
+    /// else streams `tokens` tokens (a backend that hangs on some prompts).
+    StallWhenAsked { marker: &'static str, tokens: usize },
 }
 
 #[derive(Debug, Clone)]
@@ -104,6 +107,7 @@ async fn completions(
     headers: HeaderMap,
     axum::Json(body): axum::Json<Value>,
 ) -> Response {
+    let text = body.to_string();
     inner.seen.lock().expect("lock").push(Seen {
         body,
         traceparent: headers
@@ -111,7 +115,19 @@ async fn completions(
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned),
     });
-    let behaviour = inner.behaviour;
+    let behaviour = match inner.behaviour {
+        Behaviour::StallWhenAsked { marker, tokens } => {
+            if text.contains(marker) {
+                Behaviour::StallBeforeFirstToken
+            } else {
+                Behaviour::Answer {
+                    tokens,
+                    gap: Duration::from_millis(1),
+                }
+            }
+        }
+        b => b,
+    };
     if let Behaviour::Fail = behaviour {
         return (
             axum::http::StatusCode::INTERNAL_SERVER_ERROR,
@@ -157,7 +173,7 @@ async fn completions(
                 }
                 stall(tx).await;
             }
-            Behaviour::Fail => {}
+            Behaviour::Fail | Behaviour::StallWhenAsked { .. } => {}
         }
     });
     let stream =
