@@ -17,9 +17,7 @@
 //! tail sampling elsewhere lives in the Collector, a separate process that
 //! must see every span of every trace.
 
-use opentelemetry::trace::{
-    SpanContext, SpanId, Status, TraceContextExt, TraceFlags, TraceId, TraceState,
-};
+use opentelemetry::trace::{SpanContext, SpanId, Status, TraceContextExt, TraceId, TraceState};
 use opentelemetry::{Context, KeyValue, Value};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
@@ -263,7 +261,7 @@ impl<P: SpanProcessor> SpanProcessor for TailProcessor<P> {
     }
 
     fn on_end(&self, span: SpanData) {
-        if span.span_context.trace_flags() & TraceFlags::SAMPLED == TraceFlags::SAMPLED {
+        if span.span_context.is_sampled() {
             return self.export(span);
         }
         let trace = span.span_context.trace_id();
@@ -323,7 +321,7 @@ impl<P: SpanProcessor> SpanProcessor for TailProcessor<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use opentelemetry::trace::{Span as _, SpanKind, Tracer, TracerProvider as _};
+    use opentelemetry::trace::{Span as _, SpanKind, TraceFlags, Tracer, TracerProvider as _};
     use opentelemetry_sdk::trace::SdkTracerProvider;
 
     /// Collects what reaches the exporter.
