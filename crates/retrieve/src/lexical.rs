@@ -6,6 +6,7 @@ use crate::{Chunk, Hit, IndexError};
 use ragtime_core::Cancel;
 use std::sync::{Mutex, PoisonError};
 use tantivy::collector::{Collector, FilterCollector, SegmentCollector, TopDocs};
+use tantivy::indexer::IndexWriterOptions;
 use tantivy::query::QueryParser;
 use tantivy::schema::{
     FAST, Field, INDEXED, IndexRecordOption, STORED, Schema, TextFieldIndexing, TextOptions, Value,
@@ -18,10 +19,19 @@ use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Te
 /// benchmark: 0.83 of answers in the top 5 at 1.0, 0.89 at 0.3).
 const SECTION_BOOST: f32 = 0.3;
 
+/// Memory an index write may buffer before it flushes a segment.
+const WRITE_BUDGET_BYTES: usize = 32_000_000;
+
 pub struct Lexical {
     index: Index,
     reader: IndexReader,
-    writer: Mutex<IndexWriter>,
+    /// One write at a time. There is no writer between writes: a tantivy
+    /// `IndexWriter` keeps an indexing thread, a segment updater and merge
+    /// threads alive, six threads per collection for as long as it is open,
+    /// so an idle collection would cost threads for ever. A write opens one
+    /// (one indexing, one merge thread), commits, waits for its merges and
+    /// closes it; the reader holds no threads (manual reload).
+    writing: Mutex<()>,
     chunk_id: Field,
     title: Field,
     section: Field,
@@ -41,7 +51,6 @@ impl Lexical {
         let section = schema.add_text_field("section", stemmed.clone());
         let text = schema.add_text_field("text", stemmed);
         let index = Index::create_in_ram(schema.build());
-        let writer = index.writer_with_num_threads(1, 32_000_000)?;
         let reader = index
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
@@ -49,7 +58,7 @@ impl Lexical {
         Ok(Self {
             index,
             reader,
-            writer: Mutex::new(writer),
+            writing: Mutex::new(()),
             chunk_id,
             title,
             section,
@@ -57,32 +66,48 @@ impl Lexical {
         })
     }
 
-    pub fn add<'a>(&self, chunks: impl Iterator<Item = &'a Chunk>) -> Result<(), IndexError> {
-        let mut w = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
-        for c in chunks {
-            w.add_document(doc!(
-                self.chunk_id => c.chunk_id as u64,
-                // Where the chunk stands: its title and section path.
-                self.title => c.title.as_str(),
-                self.section => c.section.as_str(),
-                self.text => c.text.as_str(),
-            ))?;
-        }
+    /// Opens a writer, lets `f` fill it, commits, waits for the merges the
+    /// commit started, closes it and makes the change searchable.
+    fn write(
+        &self,
+        f: impl FnOnce(&mut IndexWriter) -> tantivy::Result<()>,
+    ) -> Result<(), IndexError> {
+        let _one = self.writing.lock().unwrap_or_else(PoisonError::into_inner);
+        let options = IndexWriterOptions::builder()
+            .num_worker_threads(1)
+            .num_merge_threads(1)
+            .memory_budget_per_thread(WRITE_BUDGET_BYTES)
+            .build();
+        let mut w: IndexWriter = self.index.writer_with_options(options)?;
+        f(&mut w)?;
         w.commit()?;
-        drop(w);
+        w.wait_merging_threads()?;
         self.reader.reload()?;
         Ok(())
     }
 
+    pub fn add<'a>(&self, chunks: impl Iterator<Item = &'a Chunk>) -> Result<(), IndexError> {
+        self.write(|w| {
+            for c in chunks {
+                w.add_document(doc!(
+                    self.chunk_id => c.chunk_id as u64,
+                    // Where the chunk stands: its title and section path.
+                    self.title => c.title.as_str(),
+                    self.section => c.section.as_str(),
+                    self.text => c.text.as_str(),
+                ))?;
+            }
+            Ok(())
+        })
+    }
+
     pub fn remove(&self, ids: &[i64]) -> Result<(), IndexError> {
-        let mut w = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
-        for id in ids {
-            w.delete_term(Term::from_field_u64(self.chunk_id, *id as u64));
-        }
-        w.commit()?;
-        drop(w);
-        self.reader.reload()?;
-        Ok(())
+        self.write(|w| {
+            for id in ids {
+                w.delete_term(Term::from_field_u64(self.chunk_id, *id as u64));
+            }
+            Ok(())
+        })
     }
 
     /// The `k` best chunks for `query` among the allowed ones. Once
