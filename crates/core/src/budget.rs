@@ -140,6 +140,11 @@ impl BudgetReport {
         self.stages.iter().find(|s| s.outcome.is_degraded())
     }
 
+    /// The first stage that ran past its budget, if any.
+    pub fn first_overran(&self) -> Option<&StageReport> {
+        self.stages.iter().find(|s| s.overran)
+    }
+
     /// A `Server-Timing` header value (one metric per stage plus `total`).
     pub fn server_timing(&self) -> String {
         let mut parts: Vec<String> = self

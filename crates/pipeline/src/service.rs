@@ -305,7 +305,7 @@ impl Pipeline {
         let done = embeddings::run(&profile, self.corpus.embedder.as_ref(), texts, arrived).await;
         match &done {
             Ok(Embedded { report, .. }) | Err(PipelineError::BudgetExceeded { report, .. }) => {
-                let degraded = done.is_err() || report.stages.iter().any(|s| s.overran);
+                let degraded = done.is_err() || report.first_overran().is_some();
                 let trace =
                     ragtime_telemetry::exported_trace_id(&tracing::Span::current(), degraded);
                 self.metrics.record_report(report, trace.as_deref());
@@ -502,7 +502,7 @@ impl Pipeline {
         arm: ArmOf,
     ) -> Option<String> {
         let span = tracing::Span::current();
-        let degraded = partial_reason.is_some() || report.stages.iter().any(|s| s.overran);
+        let degraded = partial_reason.is_some() || report.first_overran().is_some();
         let trace = ragtime_telemetry::exported_trace_id(&span, degraded);
         self.metrics.record_report(report, trace.as_deref());
         if let Some((e, a)) = arm {

@@ -156,7 +156,6 @@ pub fn init_with_log_filter(
         Some(Err(e)) => (None, Some(e)),
         None => (None, None),
     };
-    sampling::set_exporting(provider.is_some());
     // Each layer has its own filter: `RUST_LOG` says what is logged, and
     // never what is traced (RUST_LOG=warn must not empty the traces). The
     // exporter takes ragtime's spans, which are all at INFO, and the
@@ -240,12 +239,10 @@ pub fn traceparent(span: &Span) -> Option<String> {
 /// The trace id of `span`'s trace, for an exemplar, when that trace will be
 /// exported: it was chosen at its head (a sampled caller, or the ratio), or
 /// `degraded` says the request was partial or overran (those are always
-/// kept). None when spans are not exported.
+/// kept). None when spans are not exported (no exporter: the span has no
+/// OpenTelemetry context).
 pub fn exported_trace_id(span: &Span, degraded: bool) -> Option<String> {
     use opentelemetry::trace::TraceContextExt;
-    if !sampling::exporting() {
-        return None;
-    }
     let cx = span.context();
     let sc = cx.span().span_context().clone();
     (sc.is_valid() && (sc.is_sampled() || degraded)).then(|| sc.trace_id().to_string())

@@ -134,10 +134,12 @@ pub struct TraceLabel {
 
 pub type LatencyHistogram = HistogramWithExemplars<TraceLabel>;
 
-fn exemplar(trace: Option<&str>) -> Option<TraceLabel> {
-    trace.map(|t| TraceLabel {
+/// Observes `d` in `h`, with `trace` (and now) as its bucket's exemplar.
+fn observe(h: &LatencyHistogram, d: Duration, trace: Option<&str>) {
+    let exemplar = trace.map(|t| TraceLabel {
         trace_id: t.to_owned(),
-    })
+    });
+    h.observe(d.as_secs_f64(), exemplar, trace.map(|_| SystemTime::now()));
 }
 
 #[derive(Clone)]
@@ -362,11 +364,7 @@ impl Metrics {
             stage: StageLabel(stage),
             outcome: OutcomeLabel(outcome),
         };
-        self.stage.get_or_create(&labels).observe(
-            elapsed.as_secs_f64(),
-            exemplar(trace),
-            trace.map(|_| SystemTime::now()),
-        );
+        observe(&self.stage.get_or_create(&labels), elapsed, trace);
         if overran {
             self.overruns
                 .get_or_create(&StageOnly {
@@ -408,7 +406,7 @@ impl Metrics {
                 )
             })
             .collect();
-        if let Some(first) = report.stages.iter().find(|s| s.overran) {
+        if let Some(first) = report.first_overran() {
             tracing::warn!(
                 stage = first.stage.name(),
                 overrun_ms = first.elapsed_ms.saturating_sub(first.budget_ms),
@@ -449,11 +447,7 @@ impl Metrics {
     }
 
     pub fn ttft(&self, d: Duration, trace: Option<&str>) {
-        self.ttft.observe(
-            d.as_secs_f64(),
-            exemplar(trace),
-            trace.map(|_| SystemTime::now()),
-        );
+        observe(&self.ttft, d, trace);
     }
 
     pub fn time_per_output_token(&self, d: Duration) {

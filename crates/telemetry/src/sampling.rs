@@ -26,7 +26,7 @@ use opentelemetry_sdk::trace::{
 };
 use prometheus_client::metrics::counter::Counter;
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -65,17 +65,6 @@ pub struct SamplingCounters {
 pub fn counters() -> &'static SamplingCounters {
     static C: LazyLock<SamplingCounters> = LazyLock::new(SamplingCounters::default);
     &C
-}
-
-static EXPORTING: AtomicBool = AtomicBool::new(false);
-
-/// Whether spans are exported at all (an OTLP endpoint is set up).
-pub fn exporting() -> bool {
-    EXPORTING.load(Ordering::Relaxed)
-}
-
-pub(crate) fn set_exporting(on: bool) {
-    EXPORTING.store(on, Ordering::Relaxed);
 }
 
 /// The head half: parent-based, then a counted share of new traces.
@@ -332,7 +321,7 @@ mod tests {
         fn on_start(&self, _: &mut Span, _: &Context) {}
         fn on_end(&self, span: SpanData) {
             assert!(span.span_context.is_sampled(), "only sampled spans go out");
-            self.0.lock().unwrap().push(span);
+            self.0.lock().expect("sink").push(span);
         }
         fn force_flush(&self) -> OTelSdkResult {
             Ok(())
@@ -373,7 +362,7 @@ mod tests {
 
     fn traces(sink: &Sink) -> HashMap<TraceId, usize> {
         let mut m = HashMap::new();
-        for s in sink.0.lock().unwrap().iter() {
+        for s in sink.0.lock().expect("sink").iter() {
             *m.entry(s.span_context.trace_id()).or_default() += 1;
         }
         m
