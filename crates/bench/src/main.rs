@@ -13,6 +13,9 @@
 //!   with a backend killed (see `load`; not part of `all`).
 //! - `tracing`: search latency with spans off, sampled at 0.1 and all
 //!   exported (see `tracing_cost`; not part of `all`).
+//! - `scaling`: start-up time, threads and RSS at 10,000 collections, and
+//!   memory per empty collection and per 10k chunks (see `scaling`; not
+//!   part of `all`).
 //!
 //! - `scifact`: ingests the BEIR SciFact corpus (`../shared/data/scifact`,
 //!   or `RAGTIME_SCIFACT`), reports ingest throughput, and nDCG@10 on the
@@ -28,6 +31,7 @@ mod chat_bench;
 mod data;
 mod load;
 mod rerank_bench;
+mod scaling;
 mod stats;
 mod tracing_cost;
 
@@ -99,6 +103,10 @@ async fn main() {
         if what == "cache" {
             return;
         }
+    }
+    if what == "scaling" {
+        scaling::scaling().await;
+        return;
     }
     if what == "answers" {
         answers::answers().await;

@@ -23,10 +23,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-struct Proc {
-    name: &'static str,
-    child: Child,
-    base: String,
+pub(crate) struct Proc {
+    pub name: &'static str,
+    pub child: Child,
+    pub base: String,
 }
 
 impl Drop for Proc {
@@ -36,14 +36,14 @@ impl Drop for Proc {
     }
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("free port")
         .port()
 }
 
-fn ragtime_bin() -> PathBuf {
+pub(crate) fn ragtime_bin() -> PathBuf {
     let me = std::env::current_exe().expect("current exe");
     let bin = me.with_file_name("ragtime");
     assert!(

@@ -128,6 +128,11 @@ pub struct BudgetReport {
     /// Wall time from the request's start to the report.
     pub elapsed_ms: u64,
     pub stages: Vec<StageReport>,
+    /// The collection's indexes were not in memory (never loaded, or
+    /// dropped while idle): this request loaded them from the store first,
+    /// in this long.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index_load_ms: Option<u64>,
 }
 
 impl BudgetReport {
@@ -194,6 +199,7 @@ mod tests {
                     detail: Some("scored 4 of 20".into()),
                 },
             ],
+            index_load_ms: None,
         };
         assert_eq!(
             r.server_timing(),

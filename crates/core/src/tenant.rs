@@ -28,6 +28,25 @@ impl Tenant {
         }
     }
 
+    /// What every stored name of the tenant's collections starts with
+    /// ("" for the default tenant, whose names hold no `~`).
+    pub fn collection_prefix(&self) -> String {
+        if self.0 == DEFAULT_TENANT {
+            String::new()
+        } else {
+            format!("{}~", self.0)
+        }
+    }
+
+    /// The tenant a stored collection name belongs to, and the name as the
+    /// tenant knows it.
+    pub fn of_collection(stored: &str) -> (Tenant, &str) {
+        match stored.split_once('~') {
+            Some((tenant, name)) => (Tenant(tenant.to_owned()), name),
+            None => (Tenant::default_tenant(), stored),
+        }
+    }
+
     /// The stored id of the tenant's conversation `id` (checked with
     /// [`valid_conversation_id`], so it holds no `/`).
     pub fn conversation(&self, id: &str) -> String {
@@ -78,6 +97,13 @@ mod tests {
         assert!(!valid_collection("acme~docs"));
         assert!(!valid_conversation_id("acme/c1"));
         assert_eq!(acme.conversation("c1"), "acme/c1");
+        // A stored name leads back to its tenant; the prefix picks them out.
+        for (t, name) in [(&acme, "docs"), (&default, "docs")] {
+            let stored = t.collection(name);
+            assert!(stored.starts_with(&t.collection_prefix()));
+            assert_eq!(Tenant::of_collection(&stored), (t.clone(), name));
+        }
+        assert_eq!(default.collection_prefix(), "");
         assert!(
             valid_tenant("acme-2")
                 && !valid_tenant("Acme")

@@ -123,6 +123,7 @@ pub struct RequestBudget {
     start: Instant,
     deadline: Instant,
     records: Mutex<Vec<StageReport>>,
+    index_load_ms: Mutex<Option<u64>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -203,6 +204,7 @@ impl RequestBudget {
             plan: plan.to_vec(),
             start,
             records: Mutex::new(Vec::with_capacity(plan.len())),
+            index_load_ms: Mutex::new(None),
         }
     }
 
@@ -384,7 +386,18 @@ impl RequestBudget {
             total_ms: self.profile.total_ms,
             elapsed_ms: ms(self.elapsed()),
             stages: lock(&self.records).clone(),
+            index_load_ms: *lock(&self.index_load_ms),
         }
+    }
+
+    /// Marks the request as the one that loaded its collection's indexes
+    /// (in `took`, before its stages ran).
+    pub fn index_loaded(&self, took: Duration) {
+        *lock(&self.index_load_ms) = Some(ms(took));
+        tracing::info!(
+            index_load_ms = span_ms(took),
+            "collection indexes loaded from the store"
+        );
     }
 }
 

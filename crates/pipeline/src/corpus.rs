@@ -4,14 +4,17 @@
 //! leaves no half-indexed document.
 
 use crate::stages::IndexRetriever;
-use ragtime_core::{Cancel, Chunk, Embedder, Retriever, StageError};
+use ragtime_core::{Cancel, Chunk, Embedder, Retriever, StageError, Tenant};
 use ragtime_embed::Chunker;
 use ragtime_retrieve::{CollectionIndex, IndexError, Indexes};
-use ragtime_store::{NewChunk, NewDocument, Store, StoreError, Upsert, WriteReceipt};
+use ragtime_store::{
+    CollectionRecord, Created, Dropped, IndexChunk, Limits, NewChunk, NewDocument, Store,
+    StoreError, Upsert, WriteReceipt,
+};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use thiserror::Error;
 
 #[derive(Debug, Error)]
@@ -71,6 +74,15 @@ impl PendingDoc {
 }
 
 /// A stored document's chunks, with their vectors, as the indexes take them.
+fn limits(owner: &str, q: Quotas) -> Limits<'_> {
+    Limits {
+        owner,
+        max_collections: q.max_collections,
+        max_documents: q.max_documents,
+        max_chunks: q.max_chunks,
+    }
+}
+
 fn index_entries(
     doc: IngestDoc,
     receipt: &WriteReceipt,
@@ -117,6 +129,55 @@ pub struct ChunkParams {
 /// ingest.
 const CHUNKING: &str = "s2";
 
+/// What a tenant may store unless the admin set its own (`[limits]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quotas {
+    pub max_collections: i64,
+    pub max_documents: i64,
+    pub max_chunks: i64,
+}
+
+impl Default for Quotas {
+    /// Far past what one user's corpus holds: they stop a runaway client.
+    fn default() -> Self {
+        Self {
+            max_collections: 100_000,
+            max_documents: 10_000_000,
+            max_chunks: 100_000_000,
+        }
+    }
+}
+
+/// A collection as `GET /v1/collections` shows it.
+#[derive(Debug, Clone)]
+pub struct CollectionInfo {
+    pub record: CollectionRecord,
+    /// The memory its indexes hold, when they are loaded.
+    pub index_bytes: Option<usize>,
+}
+
+/// Stored chunks as an index takes them.
+fn index_items(chunks: Vec<IndexChunk>) -> Vec<(Chunk, Vec<f32>)> {
+    chunks
+        .into_iter()
+        .map(|c| {
+            let metadata =
+                Arc::new(serde_json::from_str(&c.metadata).unwrap_or(Value::Object(Map::new())));
+            let chunk = Chunk {
+                chunk_id: c.chunk_id,
+                document_id: c.document_id,
+                external_id: c.external_id,
+                position: c.position,
+                title: c.title,
+                section: c.section,
+                metadata,
+                text: c.text,
+            };
+            (chunk, c.embedding)
+        })
+        .collect()
+}
+
 pub struct Corpus {
     pub store: Store,
     pub embedder: Arc<dyn Embedder>,
@@ -128,6 +189,10 @@ pub struct Corpus {
     /// The corpus version the indexes reflect (the ingest log's last id):
     /// cached answers are only reused within one version.
     version: std::sync::atomic::AtomicI64,
+    quotas: Quotas,
+    /// Collections (the largest first) loaded by [`Corpus::rebuild`]; the
+    /// rest load at their first request.
+    preload: usize,
 }
 
 /// The first 16 hex digits of the SHA-256 of `parts`, each ended by 0xff
@@ -172,7 +237,44 @@ impl Corpus {
             params,
             write_lock: tokio::sync::Mutex::new(()),
             version: std::sync::atomic::AtomicI64::new(0),
+            quotas: Quotas::default(),
+            preload: usize::MAX,
         }
+    }
+
+    /// Quotas for tenants without their own.
+    pub fn with_quotas(mut self, quotas: Quotas) -> Self {
+        self.quotas = quotas;
+        self
+    }
+
+    /// How many collections [`Corpus::rebuild`] loads (the largest first).
+    pub fn with_preload(mut self, collections: usize) -> Self {
+        self.preload = collections;
+        self
+    }
+
+    /// The quotas `tenant` writes under: its own where the admin set them,
+    /// the configured ones otherwise.
+    pub async fn quotas_of(&self, tenant: &Tenant) -> Result<Quotas, CorpusError> {
+        let own = self
+            .store
+            .tenant_quota(tenant.name())
+            .await?
+            .unwrap_or_default();
+        let d = self.quotas;
+        Ok(Quotas {
+            max_collections: own.max_collections.unwrap_or(d.max_collections),
+            max_documents: own.max_documents.unwrap_or(d.max_documents),
+            max_chunks: own.max_chunks.unwrap_or(d.max_chunks),
+        })
+    }
+
+    /// The owner prefix and quotas a write to stored collection `name` runs
+    /// under.
+    async fn limits_of(&self, name: &str) -> Result<(String, Quotas), CorpusError> {
+        let (tenant, _) = Tenant::of_collection(name);
+        Ok((tenant.collection_prefix(), self.quotas_of(&tenant).await?))
     }
 
     /// The corpus version the indexes reflect; it changes with every
@@ -186,52 +288,135 @@ impl Corpus {
             .fetch_max(version, std::sync::atomic::Ordering::AcqRel);
     }
 
-    /// Rebuilds every index from the store. Returns the chunks indexed.
+    /// Loads collections' indexes from the store, the largest first, up to
+    /// the preload count (every one by default); the rest load at their
+    /// first request. Returns the chunks indexed.
     pub async fn rebuild(&self) -> Result<usize, CorpusError> {
-        let _w = self.write_lock.lock().await;
         let version = self.store.corpus_version().await?;
-        let chunks = self.store.index_chunks().await?;
-        let n = chunks.len();
-        let mut by_collection: HashMap<String, Vec<(Chunk, Vec<f32>)>> = HashMap::new();
-        for c in chunks {
-            let metadata =
-                Arc::new(serde_json::from_str(&c.metadata).unwrap_or(Value::Object(Map::new())));
-            by_collection.entry(c.collection).or_default().push((
-                Chunk {
-                    chunk_id: c.chunk_id,
-                    document_id: c.document_id,
-                    external_id: c.external_id,
-                    position: c.position,
-                    title: c.title,
-                    section: c.section,
-                    metadata,
-                    text: c.text,
-                },
-                c.embedding,
-            ));
-        }
-        for (name, items) in by_collection {
-            let idx = self.indexes.get_or_create(&name)?;
-            tokio::task::block_in_place(|| idx.add(items))?;
+        let mut all = self.store.list_collections(None).await?;
+        all.sort_by(|a, b| b.chunks.cmp(&a.chunks).then(a.name.cmp(&b.name)));
+        let mut n = 0;
+        for c in all.into_iter().take(self.preload) {
+            let _w = self.write_lock.lock().await;
+            let (idx, _) = self.load_locked(&c.name, c.id).await?;
+            n += idx.len();
         }
         self.advance(version);
         Ok(n)
     }
 
-    /// An existing collection as the pipeline's retriever.
-    pub async fn retriever(&self, name: &str) -> Result<Arc<dyn Retriever>, CorpusError> {
-        Ok(Arc::new(IndexRetriever(self.collection(name).await?)))
+    /// A stored collection's indexes, loaded from the store unless they
+    /// are in memory, and how long the load took. The caller holds the
+    /// write lock, so no write lands between the read and the index.
+    async fn load_locked(
+        &self,
+        name: &str,
+        coll_id: i64,
+    ) -> Result<(Arc<CollectionIndex>, Option<Duration>), CorpusError> {
+        if let Some(idx) = self.indexes.get(name) {
+            return Ok((idx, None));
+        }
+        let started = Instant::now();
+        let items = index_items(self.store.index_chunks_in(coll_id).await?);
+        let idx = Arc::new(CollectionIndex::new(
+            self.indexes.dim(),
+            self.indexes.params(),
+        )?);
+        tokio::task::block_in_place(|| idx.add(items))?;
+        self.indexes.insert(name, idx.clone());
+        Ok((idx, Some(started.elapsed())))
+    }
+
+    /// An existing collection as the pipeline's retriever, and how long
+    /// loading its indexes took when this request loaded them.
+    pub async fn retriever(
+        &self,
+        name: &str,
+    ) -> Result<(Arc<dyn Retriever>, Option<Duration>), CorpusError> {
+        let (idx, loaded) = self.collection_loaded(name).await?;
+        Ok((Arc::new(IndexRetriever(idx)), loaded))
     }
 
     /// The index of an existing collection (404 material when missing).
     pub async fn collection(&self, name: &str) -> Result<Arc<CollectionIndex>, CorpusError> {
+        Ok(self.collection_loaded(name).await?.0)
+    }
+
+    async fn collection_loaded(
+        &self,
+        name: &str,
+    ) -> Result<(Arc<CollectionIndex>, Option<Duration>), CorpusError> {
         if let Some(idx) = self.indexes.get(name) {
-            return Ok(idx);
+            return Ok((idx, None));
         }
-        match self.store.collection_id(name).await? {
-            Some(_) => Ok(self.indexes.get_or_create(name)?),
-            None => Err(CorpusError::UnknownCollection(name.to_owned())),
+        let Some(id) = self.store.collection_id(name).await? else {
+            return Err(CorpusError::UnknownCollection(name.to_owned()));
+        };
+        let _w = self.write_lock.lock().await;
+        self.load_locked(name, id).await
+    }
+
+    /// Creates a collection; `Created::Existing` when it was there already.
+    /// Refused past its tenant's `max_collections`.
+    pub async fn create_collection(
+        &self,
+        name: &str,
+        description: &str,
+    ) -> Result<Created, CorpusError> {
+        let (owner, q) = self.limits_of(name).await?;
+        let _w = self.write_lock.lock().await;
+        let limits = limits(&owner, q);
+        Ok(self
+            .store
+            .create_collection(name, description, Some(limits))
+            .await?)
+    }
+
+    /// Removes a collection: its documents, chunks and indexes; cached
+    /// answers go with the corpus version. `None` if there was none.
+    pub async fn drop_collection(&self, name: &str) -> Result<Option<Dropped>, CorpusError> {
+        let _w = self.write_lock.lock().await;
+        let Some(id) = self.store.collection_id(name).await? else {
+            return Ok(None);
+        };
+        let dropped = self.store.drop_collection(id).await?;
+        self.indexes.remove(name);
+        if let Some(d) = &dropped {
+            self.advance(d.version);
         }
+        Ok(dropped)
+    }
+
+    /// An owner's collections (every one for `None`) with their index memory.
+    pub async fn collections(
+        &self,
+        owner: Option<&str>,
+    ) -> Result<Vec<CollectionInfo>, CorpusError> {
+        let records = self.store.list_collections(owner).await?;
+        Ok(records
+            .into_iter()
+            .map(|record| CollectionInfo {
+                index_bytes: self.indexes.get(&record.name).map(|i| i.memory_bytes()),
+                record,
+            })
+            .collect())
+    }
+
+    /// Drops the in-memory indexes of collections no search has used for
+    /// `idle`; they load again from the store at their next request.
+    /// Returns how many were dropped.
+    pub async fn unload_idle(&self, idle: Duration) -> usize {
+        let now = ragtime_retrieve::now_ms();
+        let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
+        let _w = self.write_lock.lock().await;
+        let mut n = 0;
+        for (name, idx) in self.indexes.loaded() {
+            if now.saturating_sub(idx.last_used_ms()) >= idle_ms {
+                self.indexes.remove(&name);
+                n += 1;
+            }
+        }
+        n
     }
 
     /// Ingests documents into `collection` (created if missing):
@@ -306,10 +491,7 @@ impl Corpus {
         // lock (SQLite allows one writer; a second would see it busy).
         let coll_id = match self.store.collection_id(collection).await? {
             Some(id) => id,
-            None => {
-                let _w = self.write_lock.lock().await;
-                self.store.ensure_collection(collection).await?
-            }
+            None => self.create_collection(collection, "").await?.id(),
         };
         let mut pending = Vec::with_capacity(docs.len());
         for doc in docs {
@@ -370,13 +552,14 @@ impl Corpus {
     /// serialised; a document found unchanged while preparing is checked
     /// again here, and embedded now if another write changed it since.
     pub async fn commit(&self, prepared: Prepared) -> Result<Vec<Ingested>, CorpusError> {
+        let (owner, quotas) = self.limits_of(&prepared.collection).await?;
         let _w = self.write_lock.lock().await;
         let Prepared {
             collection,
             coll_id,
             mut pending,
         } = prepared;
-        let index = self.indexes.get_or_create(&collection)?;
+        let (index, _) = self.load_locked(&collection, coll_id).await?;
         let mut changed_since = Vec::new();
         for p in pending.iter_mut().filter(|p| p.unchanged) {
             let stored = self.store.content_hash(coll_id, &p.doc.id).await?;
@@ -391,7 +574,10 @@ impl Corpus {
             .filter(|p| !p.unchanged)
             .map(PendingDoc::new_document)
             .collect();
-        let receipts = self.store.upsert_documents(coll_id, &new_docs).await?;
+        let receipts = self
+            .store
+            .upsert_documents(coll_id, &new_docs, Some(limits(&owner, quotas)))
+            .await?;
         // Durable from here on; the indexes follow the store.
         let version = receipts.iter().map(|r| r.version).max();
         let mut out = Vec::with_capacity(pending.len());

@@ -62,6 +62,10 @@ pub enum PipelineError {
     /// `retry_after`.
     #[error("every llm backend is at its queue limit")]
     Overloaded { retry_after: std::time::Duration },
+    /// A write that would take the tenant past one of its quotas
+    /// (`limit` is `max_collections`, `max_documents` or `max_chunks`).
+    #[error("over the {limit} quota of {value}")]
+    QuotaExceeded { limit: &'static str, value: i64 },
     #[error("{0}")]
     Internal(String),
 }

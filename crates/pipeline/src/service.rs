@@ -10,7 +10,7 @@ use crate::budgets::Budgets;
 use crate::chat::{
     self, AnswerMode, CHAT_PLAN, ChatAnswer, ChatDeps, ChatEvent, ChatInput, OnUngrounded,
 };
-use crate::corpus::{Corpus, CorpusError, IngestDoc, Ingested};
+use crate::corpus::{CollectionInfo, Corpus, CorpusError, IngestDoc, Ingested, Quotas};
 use crate::embeddings::{self, Embedded};
 use crate::experiment::{Arm, Experiment};
 use crate::load::Levels;
@@ -20,6 +20,7 @@ use ragtime_core::{
     BudgetReport, Filter, Message, Outcome, Reranker, ResponseCache, Retriever, Scope, Stage,
     Tenant,
 };
+use ragtime_store::{Created, Dropped, StoreError};
 use ragtime_telemetry::metrics::Metrics;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -198,12 +199,13 @@ impl Pipeline {
         }
     }
 
-    /// An existing collection of `tenant` (`collection` as the caller named it).
+    /// An existing collection of `tenant` (`collection` as the caller
+    /// named it), and how long loading its indexes took if this call did.
     pub async fn retriever(
         &self,
         tenant: &Tenant,
         collection: &str,
-    ) -> Result<Arc<dyn Retriever>, PipelineError> {
+    ) -> Result<(Arc<dyn Retriever>, Option<Duration>), PipelineError> {
         self.corpus
             .retriever(&tenant.collection(collection))
             .await
@@ -215,8 +217,67 @@ impl Pipeline {
             CorpusError::UnknownCollection(_) => {
                 PipelineError::UnknownCollection(collection.to_owned())
             }
+            CorpusError::Store(StoreError::QuotaExceeded { limit, value }) => {
+                PipelineError::QuotaExceeded { limit, value }
+            }
             other => PipelineError::Internal(other.to_string()),
         }
+    }
+
+    /// Creates a collection of `tenant`; `false` if it existed already.
+    pub async fn create_collection(
+        &self,
+        tenant: &Tenant,
+        name: &str,
+        description: &str,
+    ) -> Result<bool, PipelineError> {
+        let created = self
+            .corpus
+            .create_collection(&tenant.collection(name), description)
+            .await
+            .map_err(|e| Self::corpus_error(e, name))?;
+        Ok(matches!(created, Created::New(_)))
+    }
+
+    /// Removes a collection of `tenant` with everything in it.
+    pub async fn drop_collection(
+        &self,
+        tenant: &Tenant,
+        name: &str,
+    ) -> Result<Dropped, PipelineError> {
+        self.corpus
+            .drop_collection(&tenant.collection(name))
+            .await
+            .map_err(|e| Self::corpus_error(e, name))?
+            .ok_or_else(|| PipelineError::UnknownCollection(name.to_owned()))
+    }
+
+    /// `tenant`'s collections (named as the tenant names them), or every
+    /// tenant's for `None` (stored names).
+    pub async fn collections(
+        &self,
+        tenant: Option<&Tenant>,
+    ) -> Result<Vec<CollectionInfo>, PipelineError> {
+        let owner = tenant.map(Tenant::collection_prefix);
+        let mut all = self
+            .corpus
+            .collections(owner.as_deref())
+            .await
+            .map_err(|e| PipelineError::Internal(e.to_string()))?;
+        if let Some(prefix) = owner {
+            for c in &mut all {
+                c.record.name = c.record.name[prefix.len()..].to_owned();
+            }
+        }
+        Ok(all)
+    }
+
+    /// The quotas `tenant` writes under.
+    pub async fn quotas(&self, tenant: &Tenant) -> Result<Quotas, PipelineError> {
+        self.corpus
+            .quotas_of(tenant)
+            .await
+            .map_err(|e| PipelineError::Internal(e.to_string()))
     }
 
     /// Ingests documents into a collection of `tenant` (created if
@@ -263,7 +324,7 @@ impl Pipeline {
         q: SearchQuery,
         arrived: Instant,
     ) -> Result<SearchOutcome, PipelineError> {
-        let retriever = self.retriever(tenant, &q.collection).await?;
+        let (retriever, loaded) = self.retriever(tenant, &q.collection).await?;
         let reranker = match (q.rerank, &self.reranker) {
             (false, _) => None,
             (true, Some(r)) => Some((r.as_ref(), self.settings.rerank)),
@@ -277,6 +338,9 @@ impl Pipeline {
         let (profile, arm) = self.budgets.assign(tenant.name());
         let budget =
             RequestBudget::start_at(&profile, search::plan(q.rerank), q.budget_ms, arrived);
+        if let Some(took) = loaded {
+            budget.index_loaded(took);
+        }
         let deps = SearchDeps {
             embedder: self.corpus.embedder.as_ref(),
             retriever: retriever.as_ref(),
@@ -324,7 +388,7 @@ impl Pipeline {
         q: ChatQuery,
         arrived: Instant,
     ) -> Result<ChatStarted, PipelineError> {
-        let retriever = self.retriever(tenant, &q.collection).await?;
+        let (retriever, loaded) = self.retriever(tenant, &q.collection).await?;
         if let Some(drain) = self.backends.saturated() {
             self.metrics.shed("all", "full");
             return Err(PipelineError::Overloaded { retry_after: drain });
@@ -340,6 +404,9 @@ impl Pipeline {
             .await?;
         let (profile, arm) = self.budgets.assign(tenant.name());
         let budget = RequestBudget::start_at(&profile, &CHAT_PLAN, q.budget_ms, arrived);
+        if let Some(took) = loaded {
+            budget.index_loaded(took);
+        }
         let input = ChatInput {
             scope: Scope {
                 tenant: tenant.name().to_owned(),

@@ -45,6 +45,7 @@ pub struct CollectionIndex {
     /// Bumped on every change; keys the filter cache.
     version: AtomicU64,
     filter_cache: Mutex<HashMap<String, FilterEntry>>,
+    last_used: AtomicU64,
 }
 
 /// A filter's allowed points, as of an index version.
@@ -60,6 +61,7 @@ impl CollectionIndex {
             lexical: Lexical::new()?,
             version: AtomicU64::new(0),
             filter_cache: Mutex::new(HashMap::new()),
+            last_used: AtomicU64::new(crate::now_ms()),
         })
     }
 
@@ -73,6 +75,32 @@ impl CollectionIndex {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// An estimate of the memory the collection's indexes hold: chunk
+    /// texts and metadata, the vectors and graph, the BM25 segments.
+    pub fn memory_bytes(&self) -> usize {
+        let texts: usize = {
+            let corpus = self.corpus.read().unwrap_or_else(PoisonError::into_inner);
+            corpus
+                .chunks
+                .values()
+                .map(|c| c.text.len() + c.title.len() + c.section.len() + c.external_id.len() + 160)
+                .sum::<usize>()
+                + corpus.docs.len() * 96
+        };
+        texts + self.dense.memory_bytes() + self.lexical.memory_bytes()
+    }
+
+    /// When a search last used the collection (milliseconds on the
+    /// process's monotonic clock, see [`crate::now_ms`]).
+    pub fn last_used_ms(&self) -> u64 {
+        self.last_used.load(Ordering::Relaxed)
+    }
+
+    /// Marks the collection used now.
+    pub fn touch(&self) {
+        self.last_used.store(crate::now_ms(), Ordering::Relaxed);
     }
 
     pub fn chunk(&self, id: i64) -> Option<Arc<Chunk>> {
@@ -185,6 +213,7 @@ impl CollectionIndex {
         allowed: &Allowed,
         cancel: &Cancel,
     ) -> (Vec<Hit>, SearchPath) {
+        self.touch();
         self.dense.search(query, k, allowed, self.len(), cancel)
     }
 
@@ -196,6 +225,7 @@ impl CollectionIndex {
         allowed: &Allowed,
         cancel: &Cancel,
     ) -> Result<Vec<Hit>, IndexError> {
+        self.touch();
         self.lexical.search(query, k, allowed, cancel)
     }
 }

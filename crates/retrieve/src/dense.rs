@@ -59,16 +59,19 @@ type Graph = Hnsw<'static, f32, UnitCosine>;
 pub struct Dense {
     dim: usize,
     params: DenseParams,
-    graph: RwLock<Arc<Graph>>,
+    /// Made at the first insert: an empty collection holds no graph.
+    graph: RwLock<Option<Arc<Graph>>>,
     vectors: RwLock<HashMap<usize, Vec<f32>>>,
     /// Points still in the graph whose chunks are gone.
     deleted: RwLock<HashSet<usize>>,
 }
 
 fn new_graph(params: &DenseParams, capacity: usize) -> Graph {
+    // `capacity` only sizes the first allocations (the graph grows past
+    // it); a small collection gets a small graph.
     Hnsw::new(
         params.m,
-        capacity.max(1024),
+        capacity.max(16),
         16,
         params.ef_construction,
         UnitCosine,
@@ -112,10 +115,27 @@ impl Dense {
         Self {
             dim,
             params,
-            graph: RwLock::new(Arc::new(new_graph(&params, 1024))),
+            graph: RwLock::new(None),
             vectors: RwLock::new(HashMap::new()),
             deleted: RwLock::new(HashSet::new()),
         }
+    }
+
+    /// An estimate of the memory the graph and the vectors hold: each
+    /// point's vector twice (the graph keeps its own copy), its layer-0
+    /// links (2·M of 16 bytes) and map and allocation overhead.
+    pub fn memory_bytes(&self) -> usize {
+        let points = self
+            .vectors
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+            + self
+                .deleted
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .len();
+        points * (2 * self.dim * 4 + 2 * self.params.m * 16 + 96)
     }
 
     pub fn check_dim(&self, v: &[f32]) -> Result<(), IndexError> {
@@ -132,11 +152,11 @@ impl Dense {
     pub fn add<'a>(&self, items: impl Iterator<Item = (i64, &'a [f32])>) {
         let items: Vec<(Vec<f32>, usize)> =
             items.map(|(id, v)| (v.to_vec(), id as usize)).collect();
-        let graph = self
-            .graph
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let graph = {
+            let mut g = self.graph.write().unwrap_or_else(PoisonError::into_inner);
+            g.get_or_insert_with(|| Arc::new(new_graph(&self.params, items.len())))
+                .clone()
+        };
         let refs: Vec<(&Vec<f32>, usize)> = items.iter().map(|(v, id)| (v, *id)).collect();
         if refs.len() > 64 {
             graph.parallel_insert(&refs);
@@ -176,7 +196,7 @@ impl Dense {
         let graph = new_graph(&self.params, vectors.len());
         let refs: Vec<(&Vec<f32>, usize)> = vectors.iter().map(|(id, v)| (v, *id)).collect();
         graph.parallel_insert(&refs);
-        *self.graph.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(graph);
+        *self.graph.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(graph));
         self.deleted
             .write()
             .unwrap_or_else(PoisonError::into_inner)
@@ -199,6 +219,9 @@ impl Dense {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
+        let Some(graph) = graph else {
+            return (Vec::new(), SearchPath::Exact);
+        };
         let to_hits = |ns: Vec<hnsw_rs::prelude::Neighbour>| -> Vec<Hit> {
             ns.into_iter()
                 .map(|n| Hit {

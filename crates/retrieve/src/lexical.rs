@@ -22,9 +22,17 @@ const SECTION_BOOST: f32 = 0.3;
 /// Memory an index write may buffer before it flushes a segment.
 const WRITE_BUDGET_BYTES: usize = 32_000_000;
 
-pub struct Lexical {
+/// The tantivy index and its reader, made at the collection's first write:
+/// an empty collection holds none (an in-RAM index with its reader costs
+/// memory whether or not it holds anything).
+struct Built {
     index: Index,
     reader: IndexReader,
+}
+
+pub struct Lexical {
+    schema: Schema,
+    built: std::sync::OnceLock<Built>,
     /// One write at a time. There is no writer between writes: a tantivy
     /// `IndexWriter` keeps an indexing thread, a segment updater and merge
     /// threads alive, six threads per collection for as long as it is open,
@@ -50,14 +58,9 @@ impl Lexical {
         let title = schema.add_text_field("title", stemmed.clone());
         let section = schema.add_text_field("section", stemmed.clone());
         let text = schema.add_text_field("text", stemmed);
-        let index = Index::create_in_ram(schema.build());
-        let reader = index
-            .reader_builder()
-            .reload_policy(ReloadPolicy::Manual)
-            .try_into()?;
         Ok(Self {
-            index,
-            reader,
+            schema: schema.build(),
+            built: std::sync::OnceLock::new(),
             writing: Mutex::new(()),
             chunk_id,
             title,
@@ -73,17 +76,38 @@ impl Lexical {
         f: impl FnOnce(&mut IndexWriter) -> tantivy::Result<()>,
     ) -> Result<(), IndexError> {
         let _one = self.writing.lock().unwrap_or_else(PoisonError::into_inner);
+        let built = match self.built.get() {
+            Some(b) => b,
+            None => {
+                let index = Index::create_in_ram(self.schema.clone());
+                let reader = index
+                    .reader_builder()
+                    .reload_policy(ReloadPolicy::Manual)
+                    .try_into()?;
+                self.built.get_or_init(|| Built { index, reader })
+            }
+        };
         let options = IndexWriterOptions::builder()
             .num_worker_threads(1)
             .num_merge_threads(1)
             .memory_budget_per_thread(WRITE_BUDGET_BYTES)
             .build();
-        let mut w: IndexWriter = self.index.writer_with_options(options)?;
+        let mut w: IndexWriter = built.index.writer_with_options(options)?;
         f(&mut w)?;
         w.commit()?;
         w.wait_merging_threads()?;
-        self.reader.reload()?;
+        built.reader.reload()?;
         Ok(())
+    }
+
+    /// The bytes the index's segments take (0 before the first write).
+    pub fn memory_bytes(&self) -> usize {
+        self.built.get().map_or(0, |b| {
+            b.reader
+                .searcher()
+                .space_usage()
+                .map_or(0, |u| u.total().get_bytes() as usize)
+        })
     }
 
     pub fn add<'a>(&self, chunks: impl Iterator<Item = &'a Chunk>) -> Result<(), IndexError> {
@@ -102,6 +126,9 @@ impl Lexical {
     }
 
     pub fn remove(&self, ids: &[i64]) -> Result<(), IndexError> {
+        if self.built.get().is_none() {
+            return Ok(());
+        }
         self.write(|w| {
             for id in ids {
                 w.delete_term(Term::from_field_u64(self.chunk_id, *id as u64));
@@ -121,15 +148,18 @@ impl Lexical {
         allowed: &Allowed,
         cancel: &Cancel,
     ) -> Result<Vec<Hit>, IndexError> {
+        let Some(built) = self.built.get() else {
+            return Ok(Vec::new());
+        };
         if k == 0 || query.trim().is_empty() || cancel.is_cancelled() {
             return Ok(Vec::new());
         }
         let mut parser =
-            QueryParser::for_index(&self.index, vec![self.title, self.section, self.text]);
+            QueryParser::for_index(&built.index, vec![self.title, self.section, self.text]);
         parser.set_field_boost(self.section, SECTION_BOOST);
         // Lenient: user text is not query syntax; what cannot parse is dropped.
         let (q, _errors) = parser.parse_query_lenient(query);
-        let searcher = self.reader.searcher();
+        let searcher = built.reader.searcher();
         let top = TopDocs::with_limit(k);
         let docs = match allowed {
             Allowed::All => searcher.search(&q, &Stoppable::new(top.order_by_score(), cancel))?,

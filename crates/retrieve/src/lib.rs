@@ -76,6 +76,37 @@ impl Indexes {
         Ok(c)
     }
 
+    /// Drops a collection's indexes (its memory is freed once no search
+    /// holds them); `false` if none were loaded.
+    pub fn remove(&self, name: &str) -> bool {
+        self.collections
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(name)
+            .is_some()
+    }
+
+    /// Every loaded collection, by name.
+    pub fn loaded(&self) -> Vec<(String, Arc<CollectionIndex>)> {
+        let map = self
+            .collections
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+
+    /// Puts a collection's indexes in place (a load from the store).
+    pub fn insert(&self, name: &str, index: Arc<CollectionIndex>) {
+        self.collections
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(name.to_owned(), index);
+    }
+
+    pub fn params(&self) -> DenseParams {
+        self.params
+    }
+
     /// Total live chunks over all collections.
     pub fn len(&self) -> usize {
         self.collections
@@ -89,6 +120,16 @@ impl Indexes {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// Milliseconds since the process's first call: a monotonic clock for
+/// collections' last use.
+pub fn now_ms() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64
 }
 
 /// Parses a filter given as JSON, naming it `filter` in errors.

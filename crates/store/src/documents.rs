@@ -3,6 +3,7 @@
 //! macro runs it on whichever pool the store holds.
 
 use crate::BeginWrite;
+use crate::collections::{Limits, usage_of, usage_query};
 use crate::{Pool, Store, StoreError, now_ms};
 
 /// A chunk to store with its document.
@@ -138,13 +139,7 @@ impl Store {
 
     /// Creates collection `name` if missing; returns its id.
     pub async fn ensure_collection(&self, name: &str) -> Result<i64, StoreError> {
-        let q = "INSERT INTO collections (name) VALUES ($1) ON CONFLICT (name) DO NOTHING";
-        on_pool!(self, p => {
-            sqlx::query(q).bind(name).execute(p).await?;
-        });
-        self.collection_id(name)
-            .await?
-            .ok_or_else(|| StoreError::Url(format!("collection {name:?} vanished")))
+        Ok(self.create_collection(name, "", None).await?.id())
     }
 
     /// The stored content hash of a document, to skip re-embedding
@@ -174,23 +169,28 @@ impl Store {
         doc: &NewDocument,
     ) -> Result<WriteReceipt, StoreError> {
         let mut r = self
-            .upsert_documents(collection_id, std::slice::from_ref(doc))
+            .upsert_documents(collection_id, std::slice::from_ref(doc), None)
             .await?;
         r.pop()
             .ok_or_else(|| StoreError::Url("upsert returned nothing".into()))
     }
 
     /// Inserts or replaces documents in one transaction (one commit, one
-    /// fsync). When it returns, every write is committed (durable).
+    /// fsync). When it returns, every write is committed (durable). With
+    /// `limits`, a write that would leave the owner over a quota is rolled
+    /// back whole ([`StoreError::QuotaExceeded`]).
     pub async fn upsert_documents(
         &self,
         collection_id: i64,
         docs: &[NewDocument],
+        limits: Option<Limits<'_>>,
     ) -> Result<Vec<WriteReceipt>, StoreError> {
         on_pool!(self, p => {
             let mut tx = p.begin_write().await?;
             let mut receipts = Vec::with_capacity(docs.len());
             let mut wrote = false;
+            // What the collection's counters move by.
+            let (mut more_docs, mut more_chunks) = (0i64, 0i64);
             for doc in docs {
                 let existing: Option<(i64, String, String, String)> = sqlx::query_as(
                     "SELECT id, content_hash, title, metadata FROM documents WHERE collection_id = $1 AND external_id = $2",
@@ -237,9 +237,11 @@ impl Store {
                         .bind(now_ms())
                         .fetch_one(&mut *tx)
                         .await?;
+                        more_docs += 1;
                         (Upsert::Created, id, vec![])
                     }
                 };
+                more_chunks += doc.chunks.len() as i64 - removed.len() as i64;
                 let mut chunk_ids = Vec::with_capacity(doc.chunks.len());
                 for c in &doc.chunks {
                     let id: i64 = sqlx::query_scalar(
@@ -268,6 +270,21 @@ impl Store {
                 receipts.push(WriteReceipt { upsert, document_id, chunk_ids, removed_chunk_ids: removed, version });
             }
             if wrote {
+                sqlx::query("UPDATE collections SET documents = documents + $1, chunks = chunks + $2 WHERE id = $3")
+                    .bind(more_docs)
+                    .bind(more_chunks)
+                    .bind(collection_id)
+                    .execute(&mut *tx)
+                    .await?;
+                if let Some(limits) = limits
+                    && (more_docs > 0 || more_chunks > 0)
+                {
+                    let row = sqlx::query_as(&usage_query()).bind(limits.owner).fetch_one(&mut *tx).await?;
+                    if let Err(e) = limits.check_contents(usage_of(row)) {
+                        tx.rollback().await?;
+                        return Err(e);
+                    }
+                }
                 tx.commit().await?;
             } else {
                 tx.rollback().await?;
@@ -303,6 +320,11 @@ impl Store {
                 .await?;
             sqlx::query("DELETE FROM chunks WHERE document_id = $1").bind(id).execute(&mut *tx).await?;
             sqlx::query("DELETE FROM documents WHERE id = $1").bind(id).execute(&mut *tx).await?;
+            sqlx::query("UPDATE collections SET documents = documents - 1, chunks = chunks - $1 WHERE id = $2")
+                .bind(removed.len() as i64)
+                .bind(collection_id)
+                .execute(&mut *tx)
+                .await?;
             let version: i64 = sqlx::query_scalar(
                 "INSERT INTO ingest_log (collection_id, external_id, op, chunks, at_ms) VALUES ($1, $2, 'delete', $3, $4) RETURNING id",
             )
@@ -351,6 +373,14 @@ impl Store {
                 })
                 .collect(),
         }))
+    }
+
+    /// One collection's chunks with their embeddings, for loading its indexes.
+    pub async fn index_chunks_in(&self, collection_id: i64) -> Result<Vec<IndexChunk>, StoreError> {
+        let q = format!("{INDEX_SELECT} WHERE d.collection_id = $1 ORDER BY c.id");
+        let rows: Vec<IndexRow> =
+            on_pool!(self, p => sqlx::query_as(&q).bind(collection_id).fetch_all(p).await?);
+        Ok(rows.into_iter().map(to_index).collect())
     }
 
     /// Every stored chunk with its embedding, for rebuilding indexes.

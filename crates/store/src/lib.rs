@@ -42,11 +42,13 @@ impl BeginWrite for PgPool {
 
 mod api_keys;
 mod budgets;
+mod collections;
 mod conversations;
 mod documents;
 
 pub use api_keys::ApiKeyRecord;
 pub use budgets::BudgetVersion;
+pub use collections::{CollectionRecord, Created, Dropped, Limits, TenantQuota, Usage};
 pub use conversations::Turn;
 pub use documents::{
     ChunkRecord, DocumentRecord, IndexChunk, NewChunk, NewDocument, Upsert, WriteReceipt,
@@ -70,6 +72,9 @@ pub enum StoreError {
     Db(#[from] sqlx::Error),
     #[error("migrations: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    /// A write that would pass a quota; nothing was written.
+    #[error("over the {limit} quota of {value}")]
+    QuotaExceeded { limit: &'static str, value: i64 },
 }
 
 /// Which database the store talks to.

@@ -84,7 +84,9 @@ async fn exercise_documents(store: &Store) {
     let other = store.ensure_collection("papers").await.expect("papers");
     assert_ne!(coll, other);
     assert_eq!(store.collection_id("nope").await.expect("lookup"), None);
-    assert_eq!(store.corpus_version().await.expect("v0"), 0);
+    // Making `papers` is in the log: the version is 1.
+    let v0 = store.corpus_version().await.expect("v0");
+    assert_eq!(v0, 1);
 
     let r = store
         .upsert_document(coll, &doc("d1", "h1", &["alpha", "beta"]))
@@ -92,7 +94,7 @@ async fn exercise_documents(store: &Store) {
         .expect("insert");
     assert_eq!(r.upsert, Upsert::Created);
     assert_eq!(r.chunk_ids.len(), 2);
-    assert_eq!(r.version, 1);
+    assert_eq!(r.version, v0 + 1);
     assert_eq!(
         store.content_hash(coll, "d1").await.expect("hash"),
         Some("h1".into())
@@ -112,7 +114,7 @@ async fn exercise_documents(store: &Store) {
     assert_eq!(same.chunk_ids, r.chunk_ids);
     assert_eq!(
         store.corpus_version().await.expect("v"),
-        2,
+        v0 + 2,
         "an unchanged upsert writes nothing"
     );
 
@@ -123,7 +125,7 @@ async fn exercise_documents(store: &Store) {
     assert_eq!(rep.upsert, Upsert::Replaced);
     assert_eq!(rep.document_id, r.document_id);
     assert_eq!(rep.removed_chunk_ids, r.chunk_ids);
-    assert_eq!(rep.version, 3);
+    assert_eq!(rep.version, v0 + 3);
     let got = store
         .get_document(coll, "d1")
         .await
@@ -157,7 +159,7 @@ async fn exercise_documents(store: &Store) {
         .expect("delete")
         .expect("existed");
     assert_eq!(del.removed_chunk_ids, rep.chunk_ids);
-    assert_eq!(del.version, 4);
+    assert_eq!(del.version, v0 + 4);
     assert_eq!(store.get_document(coll, "d1").await.expect("get"), None);
     assert_eq!(
         store
@@ -270,6 +272,149 @@ async fn exercise_keys_and_tenant_budgets(store: &Store) {
     );
 }
 
+/// Collections: counts kept with every write, one owner's collections
+/// told from another's (tenant names with `_`, which `LIKE` would take as a
+/// wildcard), quotas that roll a write back whole, removal with
+/// everything in it, tenants' own quotas.
+async fn exercise_collections(store: &Store) {
+    use ragtime_store::{Created, Limits, StoreError, TenantQuota, Usage};
+    let limits = |owner, c, d, k| Limits {
+        owner,
+        max_collections: c,
+        max_documents: d,
+        max_chunks: k,
+    };
+    let a = match store
+        .create_collection("a_b~one", "first", Some(limits("a_b~", 2, 3, 4)))
+        .await
+        .expect("create")
+    {
+        Created::New(id) => id,
+        Created::Existing(_) => panic!("a_b~one existed"),
+    };
+    assert_eq!(
+        store
+            .create_collection("a_b~one", "", None)
+            .await
+            .expect("again"),
+        Created::Existing(a)
+    );
+    store
+        .create_collection("a_b~two", "", Some(limits("a_b~", 2, 3, 4)))
+        .await
+        .expect("second");
+    // `axb~` is another tenant, though `a_b~` as a LIKE pattern matches it.
+    store
+        .create_collection("axb~x", "", Some(limits("axb~", 1, 3, 4)))
+        .await
+        .expect("other tenant");
+    let third = store
+        .create_collection("a_b~three", "", Some(limits("a_b~", 2, 3, 4)))
+        .await;
+    assert!(
+        matches!(
+            third,
+            Err(StoreError::QuotaExceeded {
+                limit: "max_collections",
+                value: 2
+            })
+        ),
+        "{third:?}"
+    );
+    assert_eq!(store.collection("a_b~three").await.expect("get"), None);
+    let mine = store.list_collections(Some("a_b~")).await.expect("list");
+    let names: Vec<_> = mine.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["a_b~one", "a_b~two"]);
+    assert_eq!(mine[0].description, "first");
+    assert!(mine[0].created_ms > 0);
+    // The default tenant's names hold no `~`.
+    let plain = store.list_collections(Some("")).await.expect("plain");
+    assert!(plain.iter().all(|c| !c.name.contains('~')) && !plain.is_empty());
+
+    let l = limits("a_b~", 2, 3, 4);
+    store
+        .upsert_documents(
+            a,
+            &[doc("x", "h", &["1", "2"]), doc("y", "h", &["3"])],
+            Some(l),
+        )
+        .await
+        .expect("within quota");
+    assert_eq!(
+        store.usage("a_b~").await.expect("usage"),
+        Usage {
+            collections: 2,
+            documents: 2,
+            chunks: 3
+        }
+    );
+    let v = store.corpus_version().await.expect("v");
+    // Two more chunks would make five: refused, nothing written.
+    let over = store
+        .upsert_documents(
+            a,
+            &[doc("z", "h", &["4"]), doc("x", "h2", &["1", "2", "5"])],
+            Some(l),
+        )
+        .await;
+    assert!(
+        matches!(
+            over,
+            Err(StoreError::QuotaExceeded {
+                limit: "max_chunks",
+                value: 4
+            })
+        ),
+        "{over:?}"
+    );
+    assert_eq!(store.corpus_version().await.expect("v"), v);
+    assert_eq!(store.get_document(a, "z").await.expect("get"), None);
+    assert_eq!(store.usage("a_b~").await.expect("usage").chunks, 3);
+    // A replacement with fewer chunks fits; a delete counts down.
+    store
+        .upsert_documents(a, &[doc("x", "h3", &["1"])], Some(l))
+        .await
+        .expect("smaller");
+    store.delete_document(a, "y").await.expect("delete");
+    let one = store
+        .collection("a_b~one")
+        .await
+        .expect("get")
+        .expect("exists");
+    assert_eq!((one.documents, one.chunks), (1, 1));
+
+    let dropped = store
+        .drop_collection(a)
+        .await
+        .expect("drop")
+        .expect("existed");
+    assert_eq!((dropped.documents, dropped.chunks), (1, 1));
+    assert!(dropped.version > v);
+    assert_eq!(store.collection("a_b~one").await.expect("get"), None);
+    assert_eq!(store.get_document(a, "x").await.expect("get"), None);
+    assert!(store.index_chunks_in(a).await.expect("chunks").is_empty());
+    assert_eq!(store.drop_collection(a).await.expect("again"), None);
+    assert_eq!(
+        store.usage("a_b~").await.expect("usage"),
+        Usage {
+            collections: 1,
+            documents: 0,
+            chunks: 0
+        }
+    );
+
+    assert_eq!(store.tenant_quota("a_b").await.expect("none"), None);
+    let q = TenantQuota {
+        max_collections: None,
+        max_documents: Some(7),
+        max_chunks: None,
+    };
+    assert!(store.set_tenant_quota("a_b", Some(q)).await.expect("set"));
+    assert_eq!(store.tenant_quota("a_b").await.expect("get"), Some(q));
+    assert!(store.set_tenant_quota("a_b", None).await.expect("remove"));
+    assert!(!store.set_tenant_quota("a_b", None).await.expect("again"));
+}
+
 #[tokio::test]
 async fn sqlite_store_migrates_and_survives_reopen() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -286,6 +431,7 @@ async fn sqlite_store_migrates_and_survives_reopen() {
     exercise_conversations(&again).await;
     exercise_budgets(&again).await;
     exercise_keys_and_tenant_budgets(&again).await;
+    exercise_collections(&again).await;
 }
 
 #[tokio::test]
@@ -302,6 +448,7 @@ async fn needs_postgres_store_migrates_and_survives_reopen() {
     exercise_conversations(&again).await;
     exercise_budgets(&again).await;
     exercise_keys_and_tenant_budgets(&again).await;
+    exercise_collections(&again).await;
     again.close().await;
     db.drop_db().await;
 }

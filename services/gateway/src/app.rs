@@ -178,6 +178,9 @@ impl Application {
                 tracing::error!(error = %e, "the retrieval engine failed to start");
             }
             loading.set_pipeline(res);
+            if let Some(p) = loading.loaded().cloned() {
+                unload_idle(p, loading.config.limits.idle_unload_s).await;
+            }
         });
         let router = routes::router(state.clone())
             .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such route") })
@@ -295,5 +298,22 @@ async fn shutdown_signal() {
     tokio::select! {
         () = ctrl_c => {},
         () = term => {},
+    }
+}
+
+/// Drops the indexes of collections idle for `idle_s` (0: never), looking
+/// every quarter of that (at most once a minute); runs for the process's life.
+async fn unload_idle(pipeline: Arc<ragtime_pipeline::Pipeline>, idle_s: u64) {
+    if idle_s == 0 {
+        return;
+    }
+    let idle = Duration::from_secs(idle_s);
+    let every = (idle / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
+    loop {
+        tokio::time::sleep(every).await;
+        let n = pipeline.corpus.unload_idle(idle).await;
+        if n > 0 {
+            tracing::info!(collections = n, idle_s, "idle collections' indexes dropped");
+        }
     }
 }

@@ -107,8 +107,9 @@ pub struct AuthConfig {
     pub require_api_key: bool,
 }
 
-/// Per-tenant rate limits (`[limits]`); 0 turns a limit off.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+/// Per-tenant rate limits and quotas, and what idle collections cost
+/// (`[limits]`); 0 turns a rate limit off.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsConfig {
     /// Sustained requests per second per tenant on `/v1`.
@@ -118,6 +119,35 @@ pub struct LimitsConfig {
     pub burst: u32,
     /// Chat streams open at once per tenant.
     pub concurrent_streams: u32,
+    /// Collections a tenant may have (admins set a tenant's own with
+    /// `PUT /admin/tenants/{tenant}/quotas`).
+    pub max_collections: i64,
+    /// Documents a tenant may store over all its collections.
+    pub max_documents: i64,
+    /// Chunks a tenant may store over all its collections.
+    pub max_chunks: i64,
+    /// A collection no search has used for this long drops its in-memory
+    /// indexes; its next request loads them from the store (0: never).
+    pub idle_unload_s: u64,
+    /// Collections whose indexes load at start, the largest first; the
+    /// rest load at their first request.
+    pub preload_collections: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        let q = ragtime_pipeline::corpus::Quotas::default();
+        Self {
+            requests_per_s: 0.0,
+            burst: 0,
+            concurrent_streams: 0,
+            max_collections: q.max_collections,
+            max_documents: q.max_documents,
+            max_chunks: q.max_chunks,
+            idle_unload_s: 0,
+            preload_collections: 1000,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -664,6 +694,15 @@ impl Config {
         }
         if !(self.limits.requests_per_s >= 0.0 && self.limits.requests_per_s.is_finite()) {
             return Err(invalid("limits.requests_per_s", "must be 0 (off) or more"));
+        }
+        for (name, v) in [
+            ("limits.max_collections", self.limits.max_collections),
+            ("limits.max_documents", self.limits.max_documents),
+            ("limits.max_chunks", self.limits.max_chunks),
+        ] {
+            if v < 1 {
+                return Err(invalid(name, "must be at least 1"));
+            }
         }
         if !(1..=50).contains(&self.chat.top_k) {
             return Err(invalid("chat.top_k", "must be between 1 and 50"));

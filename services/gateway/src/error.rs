@@ -23,6 +23,10 @@ pub enum ErrorCode {
     Unauthorized,
     /// Credentials that do not grant this.
     Forbidden,
+    /// A write past one of the tenant's quotas (403; nothing was written).
+    QuotaExceeded,
+    /// The resource exists already (409).
+    Conflict,
     /// Over a rate limit (429, with `Retry-After`).
     RateLimited,
     /// The service is starting (models loading) or a dependency is down.
@@ -45,6 +49,8 @@ impl ErrorCode {
             ErrorCode::MethodNotAllowed => "method_not_allowed",
             ErrorCode::Unauthorized => "unauthorized",
             ErrorCode::Forbidden => "forbidden",
+            ErrorCode::QuotaExceeded => "quota_exceeded",
+            ErrorCode::Conflict => "conflict",
             ErrorCode::RateLimited => "rate_limited",
             ErrorCode::NotReady => "not_ready",
             ErrorCode::BudgetExceeded => "budget_exceeded",
@@ -63,7 +69,8 @@ impl ErrorCode {
             ErrorCode::NotFound => StatusCode::NOT_FOUND,
             ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
-            ErrorCode::Forbidden => StatusCode::FORBIDDEN,
+            ErrorCode::Forbidden | ErrorCode::QuotaExceeded => StatusCode::FORBIDDEN,
+            ErrorCode::Conflict => StatusCode::CONFLICT,
             ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
             ErrorCode::NotReady | ErrorCode::BudgetExceeded | ErrorCode::Overloaded => {
                 StatusCode::SERVICE_UNAVAILABLE
@@ -78,9 +85,12 @@ pub struct ApiError {
     pub code: ErrorCode,
     pub message: String,
     pub field: Option<String>,
-    pub budget: Option<BudgetReport>,
+    /// Boxed: a `Result<_, ApiError>` stays small on the happy path.
+    pub budget: Option<Box<BudgetReport>>,
     /// Seconds for `Retry-After`.
     pub retry_after: Option<u64>,
+    /// The quota a `quota_exceeded` is about, and its value.
+    pub limit: Option<(&'static str, i64)>,
 }
 
 impl ApiError {
@@ -91,6 +101,7 @@ impl ApiError {
             field: None,
             budget: None,
             retry_after: None,
+            limit: None,
         }
     }
 
@@ -114,7 +125,7 @@ impl ApiError {
     }
 
     pub fn with_budget(mut self, report: BudgetReport) -> Self {
-        self.budget = Some(report);
+        self.budget = Some(Box::new(report));
         self
     }
 
@@ -140,6 +151,16 @@ impl From<PipelineError> for ApiError {
                 "every llm backend is at its queue limit: try again shortly",
             )
             .retry_after(retry_after.as_secs_f64().ceil().max(1.0) as u64),
+            PipelineError::QuotaExceeded { limit, value } => {
+                let mut e = ApiError::new(
+                    ErrorCode::QuotaExceeded,
+                    format!(
+                        "this would take the tenant past its limits.{limit} of {value}: nothing was written"
+                    ),
+                );
+                e.limit = Some((limit, value));
+                e
+            }
             PipelineError::Internal(e) => ApiError::internal(e),
         }
     }
@@ -159,6 +180,11 @@ struct ErrorFields<'a> {
     message: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     field: Option<&'a str>,
+    /// For `quota_exceeded`: the limit (`limits.max_documents`) and its value.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    limit: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    value: Option<i64>,
 }
 
 impl IntoResponse for ApiError {
@@ -168,10 +194,12 @@ impl IntoResponse for ApiError {
                 code: self.code.as_str(),
                 message: &self.message,
                 field: self.field.as_deref(),
+                limit: self.limit.map(|(l, _)| format!("limits.{l}")),
+                value: self.limit.map(|(_, v)| v),
             },
-            budget: self.budget.as_ref(),
+            budget: self.budget.as_deref(),
         };
-        let timing = self.budget.as_ref().map(BudgetReport::server_timing);
+        let timing = self.budget.as_deref().map(BudgetReport::server_timing);
         let mut resp = (self.code.status(), Json(body)).into_response();
         if let Some(t) = timing.and_then(|t| HeaderValue::from_str(&t).ok()) {
             resp.headers_mut().insert("server-timing", t);

@@ -7,7 +7,7 @@ use crate::state::AppState;
 use ragtime_cache::{CacheOptions, SemanticCache};
 use ragtime_core::{CachedAnswer, Embedder, Reranker, ResponseCache};
 use ragtime_embed::{Chunker, EmbedService, EmbedderOptions, OnnxEmbedder, ServiceOptions};
-use ragtime_pipeline::corpus::{ChunkParams, Corpus};
+use ragtime_pipeline::corpus::{ChunkParams, Corpus, Quotas};
 use ragtime_pipeline::rerank::RerankParams;
 use ragtime_pipeline::stages::CrossEncoderReranker;
 use ragtime_pipeline::{Pipeline, Settings};
@@ -104,7 +104,15 @@ pub async fn corpus(
             (service, chunker)
         }
     };
-    Ok(Corpus::new(store, embedder, chunker, p))
+    let l = &config.limits;
+    let quotas = Quotas {
+        max_collections: l.max_collections,
+        max_documents: l.max_documents,
+        max_chunks: l.max_chunks,
+    };
+    Ok(Corpus::new(store, embedder, chunker, p)
+        .with_quotas(quotas)
+        .with_preload(l.preload_collections))
 }
 
 async fn reranker(config: &Config) -> Result<Option<Arc<dyn Reranker>>, String> {

@@ -289,7 +289,7 @@ async fn needs_phoenix_stores_every_degraded_request_and_a_tenth_of_the_rest() {
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
         spans = phoenix.spans(&client).await;
-        if spans.len() == last && spans.len() > 0 {
+        if spans.len() == last && !spans.is_empty() {
             break;
         }
         last = spans.len();

@@ -2,6 +2,7 @@
 
 mod admin;
 mod chat;
+pub mod collections;
 mod documents;
 mod embeddings;
 mod health;
@@ -31,11 +32,20 @@ pub fn router(state: Arc<AppState>) -> Router {
             "/v1/documents/{id}",
             get(documents::get).delete(documents::delete),
         )
+        .route(
+            "/v1/collections",
+            get(collections::list).post(collections::create),
+        )
+        .route(
+            "/v1/collections/{name}",
+            get(collections::get).delete(collections::delete),
+        )
         .route("/v1/search", post(search::search))
         .route("/v1/chat/completions", post(chat::completions))
         .route("/v1/models", get(chat::models))
         .route("/admin", get(admin::page::page))
         .route("/admin/stats", get(admin::stats::stats))
+        .route("/admin/collections", get(admin::collections::list))
         .route(
             "/admin/budgets",
             get(admin::budgets::get)
@@ -61,6 +71,12 @@ pub fn router(state: Arc<AppState>) -> Router {
             get(admin::tenants::get_priority)
                 .put(admin::tenants::put_priority)
                 .delete(admin::tenants::delete_priority),
+        )
+        .route(
+            "/admin/tenants/{tenant}/quotas",
+            get(admin::tenants::get_quotas)
+                .put(admin::tenants::put_quotas)
+                .delete(admin::tenants::delete_quotas),
         )
         .route(
             "/admin/experiments",

@@ -87,6 +87,17 @@ async fn needs_chromium_an_admin_signs_in_changes_a_budget_and_it_is_applied() {
         ])
     );
 
+    // Every tenant's collections are shown (the default tenant's
+    // `default` collection at least).
+    let t = &seen["tenants"][0];
+    assert_eq!(t[0], "default", "{seen}");
+    assert!(
+        t[1].as_str()
+            .and_then(|n| n.parse::<u32>().ok())
+            .is_some_and(|n| n >= 1),
+        "{seen}"
+    );
+
     // The backends and the degradation levels are shown.
     let row = &seen["backends"][0];
     assert_eq!(row[0], json!(fake.base_url), "{seen}");

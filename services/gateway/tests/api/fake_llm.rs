@@ -24,7 +24,9 @@ pub enum Behaviour {
     /// Answers 500.
     Fail,
     /// Stalls before the first token when the request mentions `marker`,
-    /// else streams `tokens` tokens (a backend that hangs on some prompts).
+    /// else streams `tokens` tokens (a backend that hangs on some prompts;
+    /// `tests/phoenix.rs` uses it).
+    #[allow(dead_code)]
     StallWhenAsked { marker: &'static str, tokens: usize },
 }
 

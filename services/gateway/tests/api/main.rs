@@ -6,6 +6,7 @@ mod admin;
 mod admin_page;
 mod chat;
 mod cli;
+mod collections;
 mod deploy;
 mod embeddings;
 mod errors;

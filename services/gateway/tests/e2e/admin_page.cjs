@@ -44,6 +44,9 @@ const { chromium } = require("playwright-core");
     const backends = await page.$$eval("#backends tr[data-backend]", (rows) =>
       rows.map((r) => [...r.children].map((c) => c.textContent)));
     const levels = await page.textContent("#levels");
+    await page.waitForSelector("#tenants tr[data-tenant]");
+    const tenants = await page.$$eval("#tenants tr[data-tenant]", (rows) =>
+      rows.map((r) => [...r.children].map((c) => c.textContent)));
     // An experiment, started and stopped from the page.
     await page.fill("#exp-name", "no-rerank");
     await page.fill("#exp-share", "1.5");
@@ -58,7 +61,7 @@ const { chromium } = require("playwright-core");
     await page.click("#exp-stop");
     await page.waitForSelector("#experiment-form:not([hidden])");
     console.log(JSON.stringify({
-      wrongKey, before, refused, versionAfterRefusal, saved, chart, offsite, badShare, arms, backends, levels,
+      wrongKey, before, refused, versionAfterRefusal, saved, chart, offsite, badShare, arms, backends, levels, tenants,
       embed: await page.inputValue("#budget-embed"),
       history: await page.$$eval("#history tr", (rows) => rows.length),
     }));

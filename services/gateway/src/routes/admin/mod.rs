@@ -3,6 +3,7 @@
 //! configured key the admin API is off and says so. One file per resource.
 
 pub mod budgets;
+pub mod collections;
 pub mod experiments;
 pub mod keys;
 pub mod page;

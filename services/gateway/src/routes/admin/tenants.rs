@@ -151,3 +151,91 @@ pub async fn delete_priority(
         priority: 0,
     }))
 }
+
+/// `PUT` body: the tenant's own quotas; a field left out takes the
+/// configured default.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaIn {
+    max_collections: Option<i64>,
+    max_documents: Option<i64>,
+    max_chunks: Option<i64>,
+}
+
+#[derive(Serialize)]
+pub struct TenantQuotas {
+    tenant: String,
+    /// Whether the tenant has quotas of its own.
+    #[serde(rename = "override")]
+    own: bool,
+    #[serde(flatten)]
+    quota: crate::routes::collections::QuotaOut,
+}
+
+async fn quotas_doc(state: &AppState, tenant: String) -> Result<TenantQuotas, ApiError> {
+    let p = state.pipeline()?;
+    let t = ragtime_core::Tenant(tenant.clone());
+    let all = p.collections(Some(&t)).await?;
+    let q = p.quotas(&t).await?;
+    let own = state.store.tenant_quota(&tenant).await;
+    Ok(TenantQuotas {
+        own: own.map_err(ApiError::internal)?.is_some(),
+        quota: crate::routes::collections::quota_out(q, &all),
+        tenant,
+    })
+}
+
+/// `GET`: the quotas the tenant writes under and what it uses.
+pub async fn get_quotas(
+    State(state): State<Arc<AppState>>,
+    _: Admin,
+    ApiPath(tenant): ApiPath<String>,
+) -> Result<Json<TenantQuotas>, ApiError> {
+    check_tenant(&tenant)?;
+    Ok(Json(quotas_doc(&state, tenant).await?))
+}
+
+/// `PUT {"max_collections"?, "max_documents"?, "max_chunks"?}`: stored,
+/// read by every replica at the tenant's next write. Usage already past a
+/// new limit stays; only writes that add are refused.
+pub async fn put_quotas(
+    State(state): State<Arc<AppState>>,
+    _: Admin,
+    ApiPath(tenant): ApiPath<String>,
+    ApiJson(body): ApiJson<QuotaIn>,
+) -> Result<Json<TenantQuotas>, ApiError> {
+    check_tenant(&tenant)?;
+    for (field, v) in [
+        ("max_collections", body.max_collections),
+        ("max_documents", body.max_documents),
+        ("max_chunks", body.max_chunks),
+    ] {
+        if v.is_some_and(|v| v < 0) {
+            return Err(ApiError::invalid(field, "must be 0 or more"));
+        }
+    }
+    let q = ragtime_store::TenantQuota {
+        max_collections: body.max_collections,
+        max_documents: body.max_documents,
+        max_chunks: body.max_chunks,
+    };
+    let set = state.store.set_tenant_quota(&tenant, Some(q)).await;
+    set.map_err(ApiError::internal)?;
+    tracing::info!(%tenant, ?q, "tenant quotas set through the admin api");
+    Ok(Json(quotas_doc(&state, tenant).await?))
+}
+
+/// `DELETE`: back to the configured quotas.
+pub async fn delete_quotas(
+    State(state): State<Arc<AppState>>,
+    _: Admin,
+    ApiPath(tenant): ApiPath<String>,
+) -> Result<Json<TenantQuotas>, ApiError> {
+    check_tenant(&tenant)?;
+    let removed = state.store.set_tenant_quota(&tenant, None).await;
+    if !removed.map_err(ApiError::internal)? {
+        let msg = format!("tenant {tenant:?} has no quotas of its own");
+        return Err(ApiError::new(ErrorCode::NotFound, msg).field("tenant"));
+    }
+    Ok(Json(quotas_doc(&state, tenant).await?))
+}

@@ -1,0 +1,67 @@
+//! `GET /admin/collections`: every tenant's collections, what they hold
+//! and the memory their indexes take, with a summary per tenant.
+
+use crate::auth::Admin;
+use crate::error::ApiError;
+use crate::state::AppState;
+use axum::Json;
+use axum::extract::State;
+use ragtime_core::Tenant;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+#[derive(Serialize)]
+pub struct AdminCollection {
+    tenant: String,
+    name: String,
+    documents: i64,
+    chunks: i64,
+    /// `null` while its indexes are not loaded.
+    index_bytes: Option<usize>,
+}
+
+#[derive(Serialize, Default)]
+pub struct TenantSummary {
+    collections: usize,
+    /// Collections whose indexes are in memory now.
+    loaded: usize,
+    documents: i64,
+    chunks: i64,
+    index_bytes: usize,
+}
+
+#[derive(Serialize)]
+pub struct AdminCollections {
+    tenants: BTreeMap<String, TenantSummary>,
+    collections: Vec<AdminCollection>,
+}
+
+pub async fn list(
+    State(state): State<Arc<AppState>>,
+    _: Admin,
+) -> Result<Json<AdminCollections>, ApiError> {
+    let all = state.pipeline()?.collections(None).await?;
+    let mut tenants: BTreeMap<String, TenantSummary> = BTreeMap::new();
+    let mut collections = Vec::with_capacity(all.len());
+    for c in all {
+        let (tenant, name) = Tenant::of_collection(&c.record.name);
+        let t = tenants.entry(tenant.0.clone()).or_default();
+        t.collections += 1;
+        t.loaded += usize::from(c.index_bytes.is_some());
+        t.documents += c.record.documents;
+        t.chunks += c.record.chunks;
+        t.index_bytes += c.index_bytes.unwrap_or(0);
+        collections.push(AdminCollection {
+            name: name.to_owned(),
+            tenant: tenant.0,
+            documents: c.record.documents,
+            chunks: c.record.chunks,
+            index_bytes: c.index_bytes,
+        });
+    }
+    Ok(Json(AdminCollections {
+        tenants,
+        collections,
+    }))
+}
