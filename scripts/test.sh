@@ -45,25 +45,34 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
 fi
 export RAGTIME_TEST_PYTHONPATH="$CACHE/py"
 
-# Arize Phoenix, a real trace store, for the traces test: every package
-# pinned with its checksum (about 190 MB of wheels, once per version of the
-# requirements file). Without python3 -m pip that group says it did not run.
-req=services/gateway/tests/e2e/phoenix-requirements.txt
-stamp="$CACHE/.stamp-py-phoenix"
-want=$(sha256sum "$req" | cut -d' ' -f1)
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  echo "test: installing Arize Phoenix (pinned, checksummed) into $CACHE/phoenix" >&2
-  rm -rf "$CACHE/phoenix"
-  if python3 -m pip install --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
-    --require-hashes --target "$CACHE/phoenix" -r "$req" >&2; then
-    echo "$want" > "$stamp"
-  else
-    echo "test: pip could not install $req" >&2
+# Python tools installed into the cache with every package pinned with its
+# checksum (pip --require-hashes), once per version of their requirements
+# file; prints the folder when installed. Without python3 -m pip the group
+# that needs them says it did not run.
+pinned_python() { # name, requirements file, folder under the cache
+  local req="services/gateway/tests/e2e/$2" stamp="$CACHE/.stamp-py-$3" want
+  want=$(sha256sum "$req" | cut -d' ' -f1)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    echo "test: installing $1 (pinned, checksummed) into $CACHE/$3" >&2
+    rm -rf "${CACHE:?}/$3"
+    if python3 -m pip install --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
+      --require-hashes --target "$CACHE/$3" -r "$req" >&2; then
+      echo "$want" > "$stamp"
+    else
+      echo "test: pip could not install $req" >&2
+    fi
   fi
-fi
-if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
-  export RAGTIME_TEST_PHOENIX_PYTHONPATH="$CACHE/phoenix"
-fi
+  if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+    echo "$CACHE/$3"
+  fi
+}
+
+# Arize Phoenix, a real trace store, for the traces test (about 190 MB of
+# wheels); schemathesis, the API fuzzer, for the OpenAPI contract test.
+phoenix=$(pinned_python "Arize Phoenix" phoenix-requirements.txt phoenix)
+[ -n "$phoenix" ] && export RAGTIME_TEST_PHOENIX_PYTHONPATH="$phoenix"
+schemathesis=$(pinned_python schemathesis schemathesis-requirements.txt schemathesis)
+[ -n "$schemathesis" ] && export RAGTIME_TEST_SCHEMATHESIS_PYTHONPATH="$schemathesis"
 
 # Headless Chromium (Debian) and playwright-core (npm, pinned) for the admin
 # page's browser test. Installed when missing if we can (root with apt-get);
@@ -103,6 +112,8 @@ group openai_client "the openai Python client (pip could not install it)" \
   "$([ -n "${RAGTIME_TEST_PYTHONPATH:-}" ] && echo 1)"
 group phoenix "Arize Phoenix (pip could not install it)" \
   "$([ -n "${RAGTIME_TEST_PHOENIX_PYTHONPATH:-}" ] && echo 1)"
+group schemathesis "schemathesis (pip could not install it)" \
+  "$([ -n "${RAGTIME_TEST_SCHEMATHESIS_PYTHONPATH:-}" ] && echo 1)"
 group chromium "chromium and npm (install them, or run as root with apt-get)" \
   "$([ -n "${RAGTIME_TEST_NODE_PATH:-}" ] && echo 1)"
 

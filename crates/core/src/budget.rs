@@ -2,9 +2,12 @@
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use utoipa::ToSchema;
 
 /// A stage of the request pipeline, in the order a chat request runs them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Stage {
     Cache,
@@ -54,7 +57,7 @@ impl fmt::Display for Stage {
 }
 
 /// How a stage ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     /// Finished its work within its budget.
@@ -105,7 +108,7 @@ impl fmt::Display for Outcome {
 }
 
 /// One stage's line in a request's budget report.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct StageReport {
     pub stage: Stage,
     /// The budget the stage actually ran under (after deadline arithmetic).
@@ -121,7 +124,7 @@ pub struct StageReport {
 }
 
 /// The budget story of one request.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct BudgetReport {
     /// The request's total budget (after any per-request tightening).
     pub total_ms: u64,

@@ -89,7 +89,7 @@ pub struct Passage {
 }
 
 /// A passage an answer rests on.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Citation {
     pub document_id: String,
     pub chunk_id: i64,

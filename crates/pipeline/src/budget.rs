@@ -425,6 +425,14 @@ where
         () = tokio::time::sleep_until(deadline) => Err(()),
         r = work => Ok(r),
     };
+    // The timer fires only when the time driver gets to it: on a busy
+    // runtime, work that finished after the deadline can be seen first.
+    // A full result that came late is treated as the deadline passing
+    // (an anytime stage's partial result, made at its deadline, stands).
+    let res = match res {
+        Ok(Ok(Done::Full(_))) if Instant::now() > deadline => Err(()),
+        r => r,
+    };
     // Whatever the work left running (blocking tasks) stops at its next check.
     cancel.cancel();
     let kept = lock(&kept).take();

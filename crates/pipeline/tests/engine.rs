@@ -534,3 +534,21 @@ async fn every_stage_is_a_span_with_the_four_budget_attributes_and_overruns_are_
         Some("llm_ttft")
     );
 }
+
+/// On a busy runtime the deadline's timer may not have fired when work
+/// that finished late is polled: a full result that came after the
+/// deadline is still an overrun (here the work blocks its thread past the
+/// deadline within one poll, so the timer cannot fire first).
+#[tokio::test]
+async fn a_full_result_seen_after_the_deadline_is_a_timeout() {
+    let b = RequestBudget::start(&profile(1000, &[(Stage::Embed, 2)]), &chat_plan(), None);
+    let run = b
+        .run(Stage::Embed, |_ctx| async {
+            std::thread::sleep(Duration::from_millis(20));
+            Ok(Done::Full(7))
+        })
+        .await;
+    assert_eq!(run.outcome, Outcome::Timeout, "{:?}", b.report());
+    assert!(run.value.is_none());
+    assert!(b.report().stages[0].overran);
+}

@@ -167,17 +167,24 @@ impl From<PipelineError> for ApiError {
 }
 
 /// `{"error": {…}, "budget"?: {…}}`.
-#[derive(Serialize)]
-struct ErrorBody<'a> {
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ErrorBody<'a> {
     error: ErrorFields<'a>,
+    /// With `budget_exceeded`: how the time was spent.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<BudgetReport>)]
     budget: Option<&'a BudgetReport>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct ErrorFields<'a> {
+    /// `invalid_json`, `invalid_request`, `unsupported_media_type`,
+    /// `payload_too_large`, `not_found`, `method_not_allowed`,
+    /// `unauthorized`, `forbidden`, `quota_exceeded`, `conflict`,
+    /// `rate_limited`, `not_ready`, `budget_exceeded`, `overloaded`.
     code: &'static str,
     message: &'a str,
+    /// The request field it is about, as a JSON path (`documents[2].text`).
     #[serde(skip_serializing_if = "Option::is_none")]
     field: Option<&'a str>,
     /// For `quota_exceeded`: the limit (`limits.max_documents`) and its value.

@@ -112,9 +112,24 @@ fn duplicate_field(msg: &str) -> Option<String> {
     rest.split('`').next().map(str::to_owned)
 }
 
-/// Parses JSON, telling syntax errors (400) from schema errors (422 with the
-/// path of the offending field).
+/// Parses a JSON object, telling syntax errors (400) from schema errors
+/// (422 with the path of the offending field). Every request body is an
+/// object: serde would read a struct from an array too (`[null, null]` as
+/// a patch that changes nothing), so anything else is refused here.
 pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    if first.is_some_and(|b| *b != b'{') {
+        return match serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
+            Ok(_) => Err(ApiError::invalid("body", "must be a JSON object")),
+            Err(e) => Err(ApiError::new(
+                ErrorCode::InvalidJson,
+                format!(
+                    "malformed json: {}",
+                    lower_first(&strip_position(&e.to_string()))
+                ),
+            )),
+        };
+    }
     let mut de = serde_json::Deserializer::from_slice(bytes);
     match serde_path_to_error::deserialize(&mut de) {
         Ok(v) => match de.end() {
@@ -229,6 +244,10 @@ mod tests {
             (422, Some("inner.a".into()))
         );
         assert_eq!(field(r#"{"name": "x""#).0, 400);
+        // A struct is read from an object only, never from an array.
+        assert_eq!(field(r#"["x", null]"#), (422, Some("body".into())));
+        assert_eq!(field(r#" "x" "#), (422, Some("body".into())));
+        assert_eq!(field(r#"[1, "#).0, 400);
         assert_eq!(field(r#"{"name": "x"} trailing"#).0, 400);
     }
 }

@@ -10,7 +10,7 @@ pub mod error;
 mod extract;
 mod loader;
 mod observe;
-mod routes;
+pub mod routes;
 mod state;
 
 pub use app::{Application, init_telemetry};

@@ -50,6 +50,9 @@ enum Command {
         #[arg(long, short)]
         config: Option<PathBuf>,
     },
+    /// Print the HTTP API's OpenAPI 3.1 document (what `GET /openapi.json`
+    /// serves) and exit: generate a client without a running server.
+    Openapi,
 }
 
 #[tokio::main]
@@ -99,6 +102,14 @@ async fn main() -> std::process::ExitCode {
             }
             Err(e) => fail(&e),
         },
+        Command::Openapi => {
+            let doc = ragtime_gateway::routes::openapi::document();
+            match serde_json::to_string_pretty(&doc) {
+                Ok(s) => println!("{s}"),
+                Err(e) => return fail(&e),
+            }
+            std::process::ExitCode::SUCCESS
+        }
         Command::PrepareModel { config } => {
             let config = match Config::load(config.as_deref()) {
                 Ok(c) => c,

@@ -12,18 +12,23 @@ use axum::http::StatusCode;
 use ragtime_pipeline::corpus::{CollectionInfo, Quotas};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
+use utoipa::ToSchema;
 
 const MAX_DESCRIPTION: usize = 1000;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CollectionIn {
+    /// 1 to 64 of letters, digits, `_`, `-` and `.`.
+    #[schema(pattern = "^[A-Za-z0-9_.-]{1,64}$")]
     name: String,
+    /// At most 1,000 bytes, no control characters.
     #[serde(default)]
+    #[schema(max_length = 1000, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
     description: String,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct CollectionOut {
     name: String,
     description: String,
@@ -51,7 +56,7 @@ impl From<CollectionInfo> for CollectionOut {
 }
 
 /// The tenant's quotas and what it uses of them.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct QuotaOut {
     max_collections: i64,
     max_documents: i64,
@@ -61,13 +66,13 @@ pub struct QuotaOut {
     chunks: i64,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct CollectionsOut {
     collections: Vec<CollectionOut>,
     quota: QuotaOut,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct DroppedOut {
     name: String,
     deleted: bool,
@@ -87,7 +92,9 @@ pub fn quota_out(q: Quotas, all: &[CollectionInfo]) -> QuotaOut {
     }
 }
 
-/// `GET`: the tenant's collections and its quota.
+/// Your collections and your quota.
+#[utoipa::path(get, path = "/v1/collections", tag = "collections",
+    responses((status = 200, description = "The collections, with what they hold", body = CollectionsOut)))]
 pub async fn list(
     State(state): State<Arc<AppState>>,
     Caller(tenant): Caller,
@@ -117,8 +124,11 @@ fn unknown(name: &str) -> ApiError {
     ApiError::new(ErrorCode::NotFound, format!("unknown collection {name:?}")).field("name")
 }
 
-/// `POST {"name", "description"?}`: 201 with the new collection; 409 if
-/// it exists; 403 `quota_exceeded` past the tenant's `max_collections`.
+/// Create a collection: 201 with it; 409 if it exists; 403
+/// `quota_exceeded` past your `max_collections`.
+#[utoipa::path(post, path = "/v1/collections", tag = "collections", request_body = CollectionIn,
+    responses((status = 201, description = "Created", body = CollectionOut),
+        (status = 409, description = "It exists already", body = crate::error::ErrorBody)))]
 pub async fn create(
     State(state): State<Arc<AppState>>,
     Caller(tenant): Caller,
@@ -144,7 +154,10 @@ pub async fn create(
     ))
 }
 
-/// `GET /v1/collections/{name}`.
+/// One collection.
+#[utoipa::path(get, path = "/v1/collections/{name}", tag = "collections",
+    params(("name" = String, Path, description = "The collection's name")),
+    responses((status = 200, description = "The collection", body = CollectionOut)))]
 pub async fn get(
     State(state): State<Arc<AppState>>,
     Caller(tenant): Caller,
@@ -154,8 +167,11 @@ pub async fn get(
     Ok(Json(one(&state, &tenant, &name).await?))
 }
 
-/// `DELETE /v1/collections/{name}`: its documents, chunks, indexes and
-/// cached answers, in one durable write.
+/// Delete a collection: its documents, chunks, indexes and cached
+/// answers, in one durable write.
+#[utoipa::path(delete, path = "/v1/collections/{name}", tag = "collections",
+    params(("name" = String, Path, description = "The collection's name")),
+    responses((status = 200, description = "Deleted", body = DroppedOut)))]
 pub async fn delete(
     State(state): State<Arc<AppState>>,
     Caller(tenant): Caller,

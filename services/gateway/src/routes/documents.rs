@@ -16,65 +16,86 @@ use ragtime_store::Upsert;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::sync::Arc;
+use utoipa::{IntoParams, ToSchema};
 
 const MAX_DOCS: usize = 1000;
 const MAX_ID: usize = 256;
 const MAX_TEXT: usize = 2_000_000;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DocumentIn {
+    /// Your id for it (1 to 256 bytes, not only spaces, no control
+    /// characters); ingesting it again replaces it.
+    #[schema(
+        min_length = 1,
+        max_length = 256,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*$"
+    )]
     id: String,
     #[serde(default)]
     title: String,
+    /// The text (not only spaces; at most 2,000,000 bytes).
+    #[schema(min_length = 1, max_length = 2000000, pattern = "\\S")]
     text: String,
+    /// Numbers, strings, booleans, arrays of those and nested objects;
+    /// keys must not start with `$`.
     #[serde(default)]
+    #[schema(value_type = Object)]
     metadata: Map<String, Value>,
     /// Where a parsed file's sections begin (never from JSON).
     #[serde(skip)]
     sections: Vec<ragtime_core::Section>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IngestIn {
     #[serde(default = "default_collection")]
+    #[schema(pattern = "^[A-Za-z0-9_.-]{1,64}$")]
     collection: String,
+    /// 1 to 1,000 documents, ids unique in the request.
+    #[schema(min_items = 1, max_items = 1000)]
     documents: Vec<DocumentIn>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct CollectionQuery {
+    /// The collection (`default` unless named).
     #[serde(default = "default_collection")]
+    #[param(pattern = "^[A-Za-z0-9_.-]{1,64}$")]
     collection: String,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct IngestOut {
     collection: String,
     documents: Vec<IngestedOut>,
     corpus_version: i64,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct IngestedOut {
     id: String,
+    /// `created`, `replaced` or `unchanged`.
     status: &'static str,
     chunks: usize,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct DocumentOut {
     id: String,
     collection: String,
     title: String,
+    #[schema(value_type = Object)]
     metadata: Value,
     updated_ms: i64,
     chunks: Vec<ChunkOut>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct ChunkOut {
     chunk_id: i64,
     position: i32,
@@ -83,7 +104,7 @@ struct ChunkOut {
     text: String,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct DeletedOut {
     id: String,
     collection: String,
@@ -196,7 +217,12 @@ async fn ingest(
     }))
 }
 
-/// JSON documents, or files as `multipart/form-data`.
+/// Ingest documents: JSON, or files as `multipart/form-data`. A 200 means
+/// every listed document is committed.
+#[utoipa::path(post, path = "/v1/documents", tag = "documents",
+    request_body(content((IngestIn = "application/json"), (Object = "multipart/form-data")),
+        description = "JSON documents, or `file` parts (.txt, .md, .html, .pdf, BEIR .jsonl/.jsonl.gz) with optional `collection` and `metadata` fields"),
+    responses((status = 200, description = "What happened to each document", body = IngestOut)))]
 pub async fn create(
     State(state): State<Arc<AppState>>,
     Caller(tenant): Caller,
@@ -227,6 +253,10 @@ fn not_found(id: &str, collection: &str) -> ApiError {
     ApiError::new(ErrorCode::NotFound, msg)
 }
 
+/// A document with its chunks.
+#[utoipa::path(get, path = "/v1/documents/{id}", tag = "documents",
+    params(("id" = String, Path, description = "The document's id"), CollectionQuery),
+    responses((status = 200, description = "The document", body = DocumentOut)))]
 pub async fn get(
     State(state): State<Arc<AppState>>,
     Caller(tenant): Caller,
@@ -262,6 +292,10 @@ pub async fn get(
     }))
 }
 
+/// Delete a document and its chunks.
+#[utoipa::path(delete, path = "/v1/documents/{id}", tag = "documents",
+    params(("id" = String, Path, description = "The document's id"), CollectionQuery),
+    responses((status = 200, description = "Deleted", body = DeletedOut)))]
 pub async fn delete(
     State(state): State<Arc<AppState>>,
     Caller(tenant): Caller,

@@ -12,19 +12,20 @@ use base64::Engine as _;
 use ragtime_core::BudgetReport;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
+use utoipa::ToSchema;
 
 const MAX_INPUTS: usize = 2048;
 const MAX_CHARS: usize = 100_000;
 const MODEL: &str = "all-minilm-l6-v2";
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(untagged)]
 enum Input {
     One(String),
     Many(Vec<String>),
 }
 
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 enum Format {
     #[default]
@@ -32,7 +33,7 @@ enum Format {
     Base64,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EmbeddingsIn {
     input: Input,
@@ -45,6 +46,7 @@ pub struct EmbeddingsIn {
     user: Option<String>,
     /// Tightens the request's total budget (ms); never loosens it.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 3600000)]
     budget_ms: Option<u64>,
 }
 
@@ -84,23 +86,24 @@ impl EmbeddingsIn {
     }
 }
 
-#[derive(Serialize)]
-struct EmbeddingsOut<'a> {
+#[derive(Serialize, ToSchema)]
+pub struct EmbeddingsOut<'a> {
     object: &'static str,
     data: Vec<EmbeddingOut>,
     model: &'static str,
     usage: Usage,
+    #[schema(value_type = BudgetReport)]
     budget: &'a BudgetReport,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct EmbeddingOut {
     object: &'static str,
     index: usize,
     embedding: Vector,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(untagged)]
 enum Vector {
     Float(Vec<f32>),
@@ -108,7 +111,8 @@ enum Vector {
     Base64(String),
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
+#[schema(as = EmbeddingUsage)]
 struct Usage {
     prompt_tokens: u32,
     total_tokens: u32,
@@ -124,6 +128,9 @@ fn vector(v: Vec<f32>, format: Format) -> Vector {
     }
 }
 
+/// Embed texts (OpenAI-compatible).
+#[utoipa::path(post, path = "/v1/embeddings", tag = "embeddings", request_body = EmbeddingsIn,
+    responses((status = 200, description = "One vector per input, in order", body = EmbeddingsOut)))]
 pub async fn create(
     State(state): State<Arc<AppState>>,
     Arrived(at): Arrived,

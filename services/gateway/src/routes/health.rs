@@ -10,11 +10,14 @@ use serde::Serialize;
 use std::sync::Arc;
 use std::time::Duration;
 
-#[derive(Serialize)]
-struct Alive {
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct Alive {
     status: &'static str,
 }
 
+/// The process is alive.
+#[utoipa::path(get, path = "/healthz", tag = "health",
+    responses((status = 200, description = "Alive", body = Alive)))]
 pub async fn healthz() -> impl IntoResponse {
     Json(Alive { status: "alive" })
 }
@@ -74,12 +77,19 @@ struct Checks {
     llm: Check<LlmCheck>,
 }
 
-#[derive(Serialize)]
-struct Ready {
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct Ready {
+    /// `ready` or `not_ready`.
     status: &'static str,
+    /// `embed`, `store` and `llm`, each with `ok` and its details or error.
+    #[schema(value_type = Object)]
     checks: Checks,
 }
 
+/// Ready: models loaded and warm, store open, LLM reachable.
+#[utoipa::path(get, path = "/readyz", tag = "health",
+    responses((status = 200, description = "Ready", body = Ready),
+        (status = 503, description = "Not ready: the failing check is named", body = Ready)))]
 pub async fn readyz(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     let embed = match state.loaded() {
         Some(p) => Ok(EmbedCheck {

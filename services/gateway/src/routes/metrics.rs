@@ -9,6 +9,9 @@ use axum::response::{IntoResponse, Response};
 use ragtime_core::Stage;
 use std::sync::Arc;
 
+/// Metrics in the OpenMetrics text format.
+#[utoipa::path(get, path = "/metrics", tag = "health",
+    responses((status = 200, description = "OpenMetrics text", content_type = "application/openmetrics-text", body = String)))]
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let b = state.budgets.global();
     for s in Stage::ALL {

@@ -7,6 +7,7 @@ mod documents;
 mod embeddings;
 mod health;
 mod metrics;
+pub mod openapi;
 mod search;
 
 use crate::error::ApiError;
@@ -26,6 +27,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(metrics::metrics))
+        .route("/openapi.json", get(openapi::document_json))
+        .route("/docs", get(openapi::docs))
         .route("/v1/embeddings", post(embeddings::create))
         .route("/v1/documents", post(documents::create))
         .route(
@@ -113,10 +116,18 @@ pub fn check_collection(name: &str, field: &str) -> Result<(), ApiError> {
     }
 }
 
+/// The longest budget a request may name: an hour (it only ever tightens
+/// the configured total).
+pub const MAX_BUDGET_MS: u64 = 3_600_000;
+
 /// A request's own budget may tighten the total, never be zero.
 pub fn check_budget_ms(budget_ms: Option<u64>) -> Result<(), ApiError> {
     match budget_ms {
         Some(0) => Err(ApiError::invalid("budget_ms", "must be at least 1")),
+        Some(ms) if ms > MAX_BUDGET_MS => Err(ApiError::invalid(
+            "budget_ms",
+            format!("must be at most {MAX_BUDGET_MS}"),
+        )),
         _ => Ok(()),
     }
 }

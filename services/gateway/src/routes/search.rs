@@ -14,6 +14,7 @@ use ragtime_pipeline::search::{Mode, SearchOutcome};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::sync::Arc;
+use utoipa::ToSchema;
 
 const MAX_TOP_K: usize = 100;
 const MAX_QUERY: usize = 4096;
@@ -22,19 +23,40 @@ fn default_top_k() -> usize {
     10
 }
 
-#[derive(Debug, Deserialize)]
+/// How a search retrieves (`hybrid` by default).
+#[derive(ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+pub enum SearchMode {
+    Hybrid,
+    Dense,
+    Lexical,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SearchIn {
+    /// What to search for (not only spaces; at most 4 KiB).
+    #[schema(min_length = 1, max_length = 4096, pattern = "\\S")]
     query: String,
+    /// Results to return, 1 to 100.
     #[serde(default = "default_top_k")]
+    #[schema(default = 10, minimum = 1, maximum = 100)]
     top_k: usize,
     #[serde(default)]
+    #[schema(value_type = Option<SearchMode>)]
     mode: Option<Mode>,
+    /// A metadata filter (`{"year": {"$gte": 2020}}`), applied before the
+    /// vector search.
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     filter: Option<Value>,
     #[serde(default = "default_collection")]
+    #[schema(pattern = "^[A-Za-z0-9_.-]{1,64}$")]
     collection: String,
+    /// Tightens the request's total budget (ms); never loosens it.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 3600000)]
     budget_ms: Option<u64>,
     /// Rerank the candidates with the cross-encoder (anytime, under the
     /// `rerank` budget).
@@ -72,22 +94,27 @@ impl SearchIn {
     }
 }
 
-#[derive(Serialize)]
-struct SearchOut<'a> {
+#[derive(Serialize, ToSchema)]
+pub struct SearchOut<'a> {
     results: Vec<ResultOut<'a>>,
+    /// The retrievers whose results are in the answer (`dense`, `lexical`).
+    #[schema(value_type = Vec<String>)]
     sources: &'a [&'static str],
+    /// Some stage degraded: fewer or lexical-only results.
     partial: bool,
+    #[schema(value_type = BudgetReport)]
     budget: &'a BudgetReport,
 }
 
-#[derive(Serialize)]
-struct ResultOut<'a> {
+#[derive(Serialize, ToSchema)]
+pub struct ResultOut<'a> {
     document_id: &'a str,
     chunk_id: i64,
     score: f32,
     title: &'a str,
     section: &'a str,
     text: &'a str,
+    #[schema(value_type = Object)]
     metadata: &'a Value,
 }
 
@@ -115,6 +142,9 @@ impl<'a> From<&'a SearchOutcome> for SearchOut<'a> {
     }
 }
 
+/// Search a collection.
+#[utoipa::path(post, path = "/v1/search", tag = "search", request_body = SearchIn,
+    responses((status = 200, description = "The results, with the request's budget report", body = SearchOut)))]
 pub async fn search(
     State(state): State<Arc<AppState>>,
     Arrived(at): Arrived,

@@ -237,6 +237,14 @@ async fn a_write_past_a_quota_is_refused_whole() {
         all["tenants"]["default"]["chunks"].as_i64().unwrap_or(0) > 4,
         "{all}"
     );
+    let (_, stats) = json_of(app.admin(Method::GET, "/admin/stats", None).await).await;
+    let c = &stats["collections"];
+    assert_eq!(
+        (c["count"].as_u64(), c["documents"].as_i64()),
+        (Some(2), Some(3)),
+        "{stats}"
+    );
+    assert!(c["index_bytes"].as_u64().unwrap_or(0) > 0, "{stats}");
     let r = app
         .http
         .get(app.url("/admin/tenants/default/quotas"))

@@ -201,6 +201,30 @@ async fn every_route_refuses_bad_input_with_a_json_error() {
         (Method::POST, "/admin/experiments", true, false),
         (Method::DELETE, "/admin/experiments", false, false),
     ];
+    // The OpenAPI document describes exactly these operations (and the
+    // probes, metrics and pages outside /v1 and /admin/…).
+    let doc: serde_json::Value = app.get("/openapi.json").await.json().await.expect("doc");
+    let mut documented: Vec<String> = Vec::new();
+    for (p, item) in doc["paths"].as_object().into_iter().flatten() {
+        for m in item.as_object().into_iter().flatten().map(|(m, _)| m) {
+            if p.starts_with("/v1/") || p.starts_with("/admin/") {
+                let template = p.split('{').next().unwrap_or_default();
+                let shaped = if p.contains('{') {
+                    format!("{template}{{}}{}", p.rsplit('}').next().unwrap_or_default())
+                } else {
+                    p.clone()
+                };
+                documented.push(format!("{} {shaped}", m.to_uppercase()));
+            }
+        }
+    }
+    let mut walked: Vec<String> = routes
+        .iter()
+        .map(|(m, p, _, _)| format!("{m} {p}"))
+        .collect();
+    documented.sort();
+    walked.sort();
+    assert_eq!(documented, walked, "the document and the routes differ");
     let mut checked = 0;
     for (method, path, body, query) in routes {
         let has_param = path.contains("{}");

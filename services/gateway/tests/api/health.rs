@@ -98,3 +98,35 @@ async fn needs_postgres_store_when_configured() {
     app.shutdown().await.expect("shutdown");
     db.drop_db().await;
 }
+
+/// The API description and the page that reads it, as a client finds them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_describes_itself() {
+    let app = TestApp::spawn().await;
+    let r = app.get("/openapi.json").await;
+    assert_eq!(r.status(), 200);
+    let ct = r
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    assert_eq!(ct.as_deref(), Some("application/json"));
+    let doc: serde_json::Value = r.json().await.expect("json");
+    assert_eq!(doc["openapi"], "3.1.0");
+    let search = &doc["paths"]["/v1/search"]["post"];
+    assert_eq!(
+        search["requestBody"]["content"]["application/json"]["schema"]["$ref"],
+        "#/components/schemas/SearchIn"
+    );
+    for status in ["200", "422", "503"] {
+        assert!(
+            search["responses"][status].is_object(),
+            "{status}: {search}"
+        );
+    }
+    assert_eq!(doc["components"]["schemas"]["ErrorBody"]["type"], "object");
+    let page = app.get("/docs").await;
+    assert_eq!(page.status(), 200);
+    let html = page.text().await.expect("html");
+    assert!(html.contains("/openapi.json") && html.contains("<script>"));
+}

@@ -33,13 +33,17 @@ async fn save(
     Ok(Json(BudgetsDoc::new(&p, Some(version))))
 }
 
-/// `GET /admin/budgets`.
+/// The budgets in force, with their version.
+#[utoipa::path(get, path = "/admin/budgets", tag = "admin",
+    responses((status = 200, description = "The budgets", body = Object)))]
 pub async fn get(State(state): State<Arc<AppState>>, _: Admin) -> Json<BudgetsDoc> {
     let (p, v) = state.budgets.versioned();
     Json(BudgetsDoc::new(&p, Some(v)))
 }
 
-/// `PUT /admin/budgets`: replaces every budget.
+/// Replace every budget (`{"total_ms", "stages": {…}}`).
+#[utoipa::path(put, path = "/admin/budgets", tag = "admin", request_body = Object,
+    responses((status = 200, description = "The budgets now in force", body = Object)))]
 pub async fn put(
     State(state): State<Arc<AppState>>,
     _: Admin,
@@ -49,7 +53,9 @@ pub async fn put(
     save(&state, p, "replaced").await
 }
 
-/// `PATCH /admin/budgets`: changes the budgets named.
+/// Change the budgets named.
+#[utoipa::path(patch, path = "/admin/budgets", tag = "admin", request_body = Object,
+    responses((status = 200, description = "The budgets now in force", body = Object)))]
 pub async fn patch(
     State(state): State<Arc<AppState>>,
     _: Admin,
@@ -59,21 +65,24 @@ pub async fn patch(
     save(&state, p, "changed").await
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct History {
     versions: Vec<VersionOut>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct VersionOut {
     #[serde(flatten)]
+    #[schema(value_type = Object)]
     budgets: BudgetsDoc,
     changed_by: String,
     changed_at_ms: i64,
     note: String,
 }
 
-/// `GET /admin/budgets/history`: every version, newest first.
+/// Every version of the budgets, newest first.
+#[utoipa::path(get, path = "/admin/budgets/history", tag = "admin",
+    responses((status = 200, description = "The versions", body = History)))]
 pub async fn history(
     State(state): State<Arc<AppState>>,
     _: Admin,
@@ -98,14 +107,15 @@ pub async fn history(
     Ok(Json(History { versions }))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RollbackIn {
     version: i64,
 }
 
-/// `POST /admin/budgets/rollback {"version": n}`: puts version n's budgets
-/// in force again, as a new version.
+/// Put a version's budgets in force again, as a new version.
+#[utoipa::path(post, path = "/admin/budgets/rollback", tag = "admin", request_body = RollbackIn,
+    responses((status = 200, description = "The budgets now in force", body = Object)))]
 pub async fn rollback(
     State(state): State<Arc<AppState>>,
     _: Admin,
@@ -123,14 +133,17 @@ pub async fn rollback(
     save(&state, p, &format!("rollback to version {}", body.version)).await
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct AdviceQuery {
+    /// The target total (ms, 1 to 3600000); the current total if left out.
     total_ms: Option<u64>,
 }
 
-/// `GET /admin/budgets/advice?total_ms=…`: stage budgets for a target total
-/// from each stage's live p95 (see `ragtime_pipeline::advice`).
+/// Stage budgets for a target total from each stage's live p95.
+#[utoipa::path(get, path = "/admin/budgets/advice", tag = "admin", params(AdviceQuery),
+    responses((status = 200, description = "The advice", body = Object)))]
 pub async fn advice(
     State(state): State<Arc<AppState>>,
     _: Admin,

@@ -11,7 +11,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct AdminCollection {
     tenant: String,
     name: String,
@@ -21,7 +21,7 @@ pub struct AdminCollection {
     index_bytes: Option<usize>,
 }
 
-#[derive(Serialize, Default)]
+#[derive(Serialize, Default, utoipa::ToSchema)]
 pub struct TenantSummary {
     collections: usize,
     /// Collections whose indexes are in memory now.
@@ -31,12 +31,15 @@ pub struct TenantSummary {
     index_bytes: usize,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct AdminCollections {
     tenants: BTreeMap<String, TenantSummary>,
     collections: Vec<AdminCollection>,
 }
 
+/// Every tenant's collections with their memory, and a summary per tenant.
+#[utoipa::path(get, path = "/admin/collections", tag = "admin",
+    responses((status = 200, description = "The collections", body = AdminCollections)))]
 pub async fn list(
     State(state): State<Arc<AppState>>,
     _: Admin,

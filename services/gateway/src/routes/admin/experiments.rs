@@ -12,27 +12,32 @@ use ragtime_pipeline::experiment::{Experiment, ExperimentReport};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExperimentIn {
     name: String,
     share: f64,
     /// The candidate's budgets: the fields sent over the global ones.
+    #[schema(value_type = Object)]
     candidate: BudgetPatch,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct Running {
+    #[schema(value_type = Option<Object>)]
     running: Option<ExperimentReport>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct Stopped {
+    #[schema(value_type = Object)]
     stopped: ExperimentReport,
 }
 
 /// `POST {"name", "share", "candidate": {"total_ms"?, "stages"?}}`: sends
 /// `share` of requests to the candidate budgets.
+#[utoipa::path(post, path = "/admin/experiments", tag = "admin", request_body = ExperimentIn,
+    responses((status = 201, description = "Started", body = Running)))]
 pub async fn start(
     State(state): State<Arc<AppState>>,
     _: Admin,
@@ -64,6 +69,8 @@ pub async fn start(
 }
 
 /// `GET`: the running experiment, arm by arm.
+#[utoipa::path(get, path = "/admin/experiments", tag = "admin",
+    responses((status = 200, description = "The running experiment, if any", body = Running)))]
 pub async fn get(State(state): State<Arc<AppState>>, _: Admin) -> Json<Running> {
     let b = &state.budgets;
     let running = b.experiment().map(|e| e.report(&b.global()));
@@ -71,6 +78,8 @@ pub async fn get(State(state): State<Arc<AppState>>, _: Admin) -> Json<Running> 
 }
 
 /// `DELETE`: stops it; answers its final figures.
+#[utoipa::path(delete, path = "/admin/experiments", tag = "admin",
+    responses((status = 200, description = "Stopped, with its final figures", body = Stopped)))]
 pub async fn stop(State(state): State<Arc<AppState>>, _: Admin) -> Result<Json<Stopped>, ApiError> {
     let b = &state.budgets;
     let exp = b

@@ -12,7 +12,7 @@ use ragtime_store::ApiKeyRecord;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KeyIn {
     tenant: String,
@@ -20,7 +20,7 @@ pub struct KeyIn {
     name: String,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct KeyOut {
     id: String,
     tenant: String,
@@ -45,12 +45,12 @@ impl From<ApiKeyRecord> for KeyOut {
     }
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct KeyList {
     keys: Vec<KeyOut>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct Revoked {
     id: String,
     revoked: bool,
@@ -67,6 +67,8 @@ pub fn check_tenant(tenant: &str) -> Result<(), ApiError> {
 
 /// `POST /admin/keys {"tenant", "name"?}`: a new API key for a tenant. The
 /// key is in this response only; the store keeps a SHA-256 of its secret.
+#[utoipa::path(post, path = "/admin/keys", tag = "admin", request_body = KeyIn,
+    responses((status = 201, description = "The key, shown this once", body = KeyOut)))]
 pub async fn create(
     State(state): State<Arc<AppState>>,
     _: Admin,
@@ -100,6 +102,8 @@ pub async fn create(
 }
 
 /// `GET /admin/keys`: every key (never its secret).
+#[utoipa::path(get, path = "/admin/keys", tag = "admin",
+    responses((status = 200, description = "The keys", body = KeyList)))]
 pub async fn list(State(state): State<Arc<AppState>>, _: Admin) -> Result<Json<KeyList>, ApiError> {
     let keys = state.store.api_keys().await.map_err(ApiError::internal)?;
     Ok(Json(KeyList {
@@ -108,6 +112,9 @@ pub async fn list(State(state): State<Arc<AppState>>, _: Admin) -> Result<Json<K
 }
 
 /// `DELETE /admin/keys/{id}`: revokes a key at once.
+#[utoipa::path(delete, path = "/admin/keys/{id}", tag = "admin",
+    params(("id" = String, Path, description = "The key's id")),
+    responses((status = 200, description = "Revoked", body = Revoked)))]
 pub async fn revoke(
     State(state): State<Arc<AppState>>,
     _: Admin,

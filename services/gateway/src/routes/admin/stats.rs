@@ -20,6 +20,20 @@ pub struct StatsOut {
     llm: LlmOut,
     /// How chat answers are made (`[chat]`).
     answers: AnswersOut,
+    /// Every tenant's collections together (per tenant and per collection:
+    /// `GET /admin/collections`).
+    collections: CollectionsOut,
+}
+
+#[derive(Serialize)]
+struct CollectionsOut {
+    count: usize,
+    /// Collections whose indexes are in memory now.
+    loaded: usize,
+    documents: i64,
+    chunks: i64,
+    /// The memory the loaded indexes hold.
+    index_bytes: usize,
 }
 
 #[derive(Serialize)]
@@ -58,6 +72,10 @@ struct Rates {
     overrun_rate: BTreeMap<&'static str, f64>,
 }
 
+/// Stage latency against budget over the last five minutes, rates and the
+/// LLM backends.
+#[utoipa::path(get, path = "/admin/stats", tag = "admin",
+    responses((status = 200, description = "The statistics", body = Object)))]
 pub async fn stats(
     State(state): State<Arc<AppState>>,
     _admin: Admin,
@@ -108,9 +126,21 @@ pub async fn stats(
         temperature: a.temperature,
         max_tokens: a.max_tokens,
     };
+    let all = match state.loaded() {
+        Some(p) => p.collections(None).await?,
+        None => Vec::new(),
+    };
+    let collections = CollectionsOut {
+        count: all.len(),
+        loaded: all.iter().filter(|c| c.index_bytes.is_some()).count(),
+        documents: all.iter().map(|c| c.record.documents).sum(),
+        chunks: all.iter().map(|c| c.record.chunks).sum(),
+        index_bytes: all.iter().filter_map(|c| c.index_bytes).sum(),
+    };
     Ok(Json(StatsOut {
         llm,
         answers,
+        collections,
         window_s: m.window.window().as_secs(),
         total_ms: budgets.total_ms,
         stages,

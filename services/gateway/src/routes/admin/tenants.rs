@@ -13,9 +13,10 @@ use ragtime_pipeline::budgets::{BudgetPatch, BudgetsDoc};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct TenantBudgets {
     #[serde(flatten)]
+    #[schema(value_type = Object)]
     budgets: BudgetsDoc,
     tenant: String,
     /// Whether these are the tenant's own (or the global ones).
@@ -23,7 +24,7 @@ pub struct TenantBudgets {
     own: bool,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct Removed {
     tenant: String,
     #[serde(rename = "override")]
@@ -41,6 +42,8 @@ fn doc(state: &AppState, tenant: String) -> TenantBudgets {
 
 /// `GET`: the budgets the tenant's requests start with, and whether they
 /// are its own.
+#[utoipa::path(get, path = "/admin/tenants/{tenant}/budgets", tag = "admin", params(("tenant" = String, Path, description = "The tenant (1 to 32 of a-z, 0-9, _ and -)")),
+    responses((status = 200, description = "The tenant's budgets", body = TenantBudgets)))]
 pub async fn get(
     State(state): State<Arc<AppState>>,
     _: Admin,
@@ -52,6 +55,8 @@ pub async fn get(
 
 /// `PUT`: the tenant's own profile — the fields sent over the global
 /// budgets in force now (validated as `PATCH /admin/budgets` is).
+#[utoipa::path(put, path = "/admin/tenants/{tenant}/budgets", tag = "admin", params(("tenant" = String, Path, description = "The tenant (1 to 32 of a-z, 0-9, _ and -)")), request_body = Object,
+    responses((status = 200, description = "The tenant's budgets", body = TenantBudgets)))]
 pub async fn put(
     State(state): State<Arc<AppState>>,
     _: Admin,
@@ -70,6 +75,8 @@ pub async fn put(
 }
 
 /// `DELETE`: back to the global budgets.
+#[utoipa::path(delete, path = "/admin/tenants/{tenant}/budgets", tag = "admin", params(("tenant" = String, Path, description = "The tenant (1 to 32 of a-z, 0-9, _ and -)")),
+    responses((status = 200, description = "Back to the global budgets", body = Removed)))]
 pub async fn delete(
     State(state): State<Arc<AppState>>,
     _: Admin,
@@ -89,19 +96,21 @@ pub async fn delete(
 }
 
 /// `{"priority": 0–9}`: higher waits less for an LLM slot.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PriorityIn {
     priority: u8,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct Priority {
     tenant: String,
     priority: u8,
 }
 
 /// `GET`: the tenant's priority (0 unless set).
+#[utoipa::path(get, path = "/admin/tenants/{tenant}/priority", tag = "admin", params(("tenant" = String, Path, description = "The tenant (1 to 32 of a-z, 0-9, _ and -)")),
+    responses((status = 200, description = "The tenant's priority", body = Priority)))]
 pub async fn get_priority(
     State(state): State<Arc<AppState>>,
     _: Admin,
@@ -113,6 +122,8 @@ pub async fn get_priority(
 }
 
 /// `PUT {"priority": n}`: stored, followed by every replica.
+#[utoipa::path(put, path = "/admin/tenants/{tenant}/priority", tag = "admin", params(("tenant" = String, Path, description = "The tenant (1 to 32 of a-z, 0-9, _ and -)")), request_body = PriorityIn,
+    responses((status = 200, description = "The tenant's priority", body = Priority)))]
 pub async fn put_priority(
     State(state): State<Arc<AppState>>,
     _: Admin,
@@ -131,6 +142,8 @@ pub async fn put_priority(
 }
 
 /// `DELETE`: back to priority 0.
+#[utoipa::path(delete, path = "/admin/tenants/{tenant}/priority", tag = "admin", params(("tenant" = String, Path, description = "The tenant (1 to 32 of a-z, 0-9, _ and -)")),
+    responses((status = 200, description = "Back to priority 0", body = Priority)))]
 pub async fn delete_priority(
     State(state): State<Arc<AppState>>,
     _: Admin,
@@ -154,7 +167,7 @@ pub async fn delete_priority(
 
 /// `PUT` body: the tenant's own quotas; a field left out takes the
 /// configured default.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct QuotaIn {
     max_collections: Option<i64>,
@@ -162,7 +175,7 @@ pub struct QuotaIn {
     max_chunks: Option<i64>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct TenantQuotas {
     tenant: String,
     /// Whether the tenant has quotas of its own.
@@ -186,6 +199,8 @@ async fn quotas_doc(state: &AppState, tenant: String) -> Result<TenantQuotas, Ap
 }
 
 /// `GET`: the quotas the tenant writes under and what it uses.
+#[utoipa::path(get, path = "/admin/tenants/{tenant}/quotas", tag = "admin", params(("tenant" = String, Path, description = "The tenant (1 to 32 of a-z, 0-9, _ and -)")),
+    responses((status = 200, description = "The tenant's quotas and usage", body = TenantQuotas)))]
 pub async fn get_quotas(
     State(state): State<Arc<AppState>>,
     _: Admin,
@@ -198,6 +213,8 @@ pub async fn get_quotas(
 /// `PUT {"max_collections"?, "max_documents"?, "max_chunks"?}`: stored,
 /// read by every replica at the tenant's next write. Usage already past a
 /// new limit stays; only writes that add are refused.
+#[utoipa::path(put, path = "/admin/tenants/{tenant}/quotas", tag = "admin", params(("tenant" = String, Path, description = "The tenant (1 to 32 of a-z, 0-9, _ and -)")), request_body = QuotaIn,
+    responses((status = 200, description = "The tenant's quotas and usage", body = TenantQuotas)))]
 pub async fn put_quotas(
     State(state): State<Arc<AppState>>,
     _: Admin,
@@ -226,6 +243,8 @@ pub async fn put_quotas(
 }
 
 /// `DELETE`: back to the configured quotas.
+#[utoipa::path(delete, path = "/admin/tenants/{tenant}/quotas", tag = "admin", params(("tenant" = String, Path, description = "The tenant (1 to 32 of a-z, 0-9, _ and -)")),
+    responses((status = 200, description = "Back to the configured quotas", body = TenantQuotas)))]
 pub async fn delete_quotas(
     State(state): State<Arc<AppState>>,
     _: Admin,

@@ -28,6 +28,7 @@ use request::ChatIn;
 use serde::Serialize;
 use std::convert::Infallible;
 use std::sync::Arc;
+use utoipa::ToSchema;
 
 /// What every chunk and completion carries.
 struct Meta {
@@ -37,8 +38,8 @@ struct Meta {
     conversation_id: String,
 }
 
-#[derive(Serialize)]
-struct UsageOut {
+#[derive(Serialize, ToSchema)]
+pub struct UsageOut {
     prompt_tokens: u32,
     completion_tokens: u32,
     total_tokens: u32,
@@ -56,18 +57,20 @@ impl From<&ChatAnswer> for UsageOut {
 }
 
 /// The grounding check's verdict.
-#[derive(Serialize)]
-struct GroundingOut<'a> {
+#[derive(Serialize, ToSchema)]
+pub struct GroundingOut<'a> {
     /// Share of the answer's checkable sentences its sources support.
     supported: f64,
     grounded: bool,
     sentences: usize,
+    #[schema(value_type = Vec<String>)]
     unsupported: &'a [String],
 }
 
 /// The fields ragtime adds to OpenAI's shape.
-#[derive(Serialize)]
-struct Extras<'a> {
+#[derive(Serialize, ToSchema)]
+pub struct Extras<'a> {
+    #[schema(value_type = Vec<Citation>)]
     citations: &'a [Citation],
     partial: bool,
     partial_reason: Option<&'a str>,
@@ -77,6 +80,7 @@ struct Extras<'a> {
     answer: &'static str,
     /// `null` when no generated answer was checked.
     grounding: Option<GroundingOut<'a>>,
+    #[schema(value_type = BudgetReport)]
     budget: &'a BudgetReport,
     conversation_id: &'a str,
 }
@@ -101,27 +105,29 @@ impl<'a> Extras<'a> {
     }
 }
 
-#[derive(Serialize)]
-struct Completion<'a> {
+#[derive(Serialize, ToSchema)]
+#[schema(as = ChatCompletion)]
+pub struct Completion<'a> {
     id: &'a str,
     object: &'static str,
     created: u64,
     model: &'a str,
+    #[schema(value_type = Vec<CompletionChoice>)]
     choices: [CompletionChoice<'a>; 1],
     usage: UsageOut,
     #[serde(flatten)]
     extras: Extras<'a>,
 }
 
-#[derive(Serialize)]
-struct CompletionChoice<'a> {
+#[derive(Serialize, ToSchema)]
+pub struct CompletionChoice<'a> {
     index: u32,
     message: AssistantMessage<'a>,
     finish_reason: &'a str,
 }
 
-#[derive(Serialize)]
-struct AssistantMessage<'a> {
+#[derive(Serialize, ToSchema)]
+pub struct AssistantMessage<'a> {
     role: &'static str,
     content: &'a str,
 }
@@ -244,6 +250,11 @@ struct Streaming {
     opened: bool,
 }
 
+/// Chat with a collection (OpenAI-compatible): the answer with citations,
+/// streamed as server-sent events when `stream` is true.
+#[utoipa::path(post, path = "/v1/chat/completions", tag = "chat", request_body = request::ChatIn,
+    responses((status = 200, description = "The answer (JSON), or its chunks as server-sent events when `stream` is true",
+        content((Completion = "application/json"), (String = "text/event-stream")))))]
 pub async fn completions(
     State(state): State<Arc<AppState>>,
     Arrived(at): Arrived,
@@ -332,21 +343,24 @@ fn sse(events: impl Stream<Item = Result<Event, Infallible>> + Send + 'static) -
     resp
 }
 
-#[derive(Serialize)]
-struct ModelList<'a> {
+#[derive(Serialize, ToSchema)]
+pub struct ModelList<'a> {
     object: &'static str,
+    #[schema(value_type = Vec<ModelOut>)]
     data: [ModelOut<'a>; 1],
 }
 
-#[derive(Serialize)]
-struct ModelOut<'a> {
+#[derive(Serialize, ToSchema)]
+pub struct ModelOut<'a> {
     id: &'a str,
     object: &'static str,
     created: u64,
     owned_by: &'static str,
 }
 
-/// `GET /v1/models`: the one model ragtime answers with.
+/// The one model ragtime answers with.
+#[utoipa::path(get, path = "/v1/models", tag = "chat",
+    responses((status = 200, description = "The model list", body = ModelList)))]
 pub async fn models(State(state): State<Arc<AppState>>) -> Response {
     Json(ModelList {
         object: "list",

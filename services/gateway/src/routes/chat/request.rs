@@ -8,19 +8,20 @@ use ragtime_pipeline::ChatQuery;
 use ragtime_pipeline::chat::AnswerMode;
 use serde::Deserialize;
 use serde_json::Value;
+use utoipa::ToSchema;
 
 const MAX_TOP_K: usize = 50;
 const MAX_CONTENT: usize = 32 * 1024;
 const MAX_MESSAGES: usize = 200;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(untagged)]
 enum ContentIn {
     Text(String),
     Parts(Vec<PartIn>),
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 struct PartIn {
     #[serde(rename = "type")]
     kind: String,
@@ -28,14 +29,14 @@ struct PartIn {
     text: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 struct MessageIn {
     role: String,
     #[serde(default)]
     content: Option<ContentIn>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub struct StreamOptions {
     #[serde(default)]
     pub include_usage: bool,
@@ -43,7 +44,7 @@ pub struct StreamOptions {
 
 /// The request. Other OpenAI fields (`user`, `seed`, …) are accepted and
 /// ignored.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub struct ChatIn {
     model: String,
     messages: Vec<MessageIn>,
@@ -52,8 +53,10 @@ pub struct ChatIn {
     #[serde(default)]
     pub stream_options: Option<StreamOptions>,
     #[serde(default)]
+    #[schema(format = Int64, maximum = 4294967295_u64)]
     max_tokens: Option<u32>,
     #[serde(default)]
+    #[schema(format = Int64, maximum = 4294967295_u64)]
     max_completion_tokens: Option<u32>,
     #[serde(default)]
     temperature: Option<f64>,
@@ -62,14 +65,19 @@ pub struct ChatIn {
     #[serde(default)]
     frequency_penalty: Option<f64>,
     #[serde(default)]
+    #[schema(format = Int64, maximum = 4294967295_u64)]
     n: Option<u32>,
     #[serde(default)]
+    #[schema(pattern = "^[A-Za-z0-9_.-]{1,64}$")]
     collection: Option<String>,
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     filter: Option<Value>,
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 50)]
     top_k: Option<usize>,
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 3600000)]
     budget_ms: Option<u64>,
     #[serde(default)]
     conversation_id: Option<String>,

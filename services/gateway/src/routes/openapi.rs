@@ -1,0 +1,291 @@
+//! `GET /openapi.json`: the API as an OpenAPI 3.1 document, generated from
+//! the request and response types (`utoipa`), and `GET /docs`, a page that
+//! reads it (no external assets). What the types cannot say is added here,
+//! once: the error responses every operation may give (the one error
+//! table), who may call what, unique operation ids, and the links a client
+//! (or schemathesis's stateful phase) follows from a created resource.
+
+use crate::error::ErrorCode;
+use axum::http::{HeaderValue, header};
+use axum::response::{Html, IntoResponse, Response};
+use serde_json::{Value, json};
+use std::sync::OnceLock;
+use utoipa::OpenApi;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "ragtime",
+        description = "Retrieval-augmented answers under per-stage latency budgets. Every error is `{\"error\": {\"code\", \"message\", \"field\"?}}`."
+    ),
+    paths(
+        super::health::healthz,
+        super::health::readyz,
+        super::metrics::metrics,
+        document_json,
+        docs,
+        super::embeddings::create,
+        super::documents::create,
+        super::documents::get,
+        super::documents::delete,
+        super::collections::list,
+        super::collections::create,
+        super::collections::get,
+        super::collections::delete,
+        super::search::search,
+        super::chat::completions,
+        super::chat::models,
+        super::admin::page::page,
+        super::admin::stats::stats,
+        super::admin::collections::list,
+        super::admin::budgets::get,
+        super::admin::budgets::put,
+        super::admin::budgets::patch,
+        super::admin::budgets::history,
+        super::admin::budgets::rollback,
+        super::admin::budgets::advice,
+        super::admin::keys::list,
+        super::admin::keys::create,
+        super::admin::keys::revoke,
+        super::admin::tenants::get,
+        super::admin::tenants::put,
+        super::admin::tenants::delete,
+        super::admin::tenants::get_priority,
+        super::admin::tenants::put_priority,
+        super::admin::tenants::delete_priority,
+        super::admin::tenants::get_quotas,
+        super::admin::tenants::put_quotas,
+        super::admin::tenants::delete_quotas,
+        super::admin::experiments::get,
+        super::admin::experiments::start,
+        super::admin::experiments::stop,
+    ),
+    components(schemas(crate::error::ErrorBody))
+)]
+struct ApiDoc;
+
+/// The statuses of the error table an operation under `/v1` or `/admin`
+/// may answer, with what each means here.
+fn errors(v1: bool) -> Vec<(ErrorCode, &'static str)> {
+    let mut e = vec![
+        (ErrorCode::InvalidJson, "Malformed JSON"),
+        (
+            ErrorCode::Unauthorized,
+            "No credentials, or not a valid key",
+        ),
+        (
+            ErrorCode::Forbidden,
+            "Credentials that do not grant this, or a quota reached (`quota_exceeded`)",
+        ),
+        (
+            ErrorCode::NotFound,
+            "No such collection, document or resource",
+        ),
+        (
+            ErrorCode::PayloadTooLarge,
+            "The body is over the size limit",
+        ),
+        (ErrorCode::UnsupportedMediaType, "Not a JSON body"),
+        (
+            ErrorCode::InvalidRequest,
+            "A field, parameter or path segment is missing or invalid (`field` names it)",
+        ),
+        (
+            ErrorCode::NotReady,
+            "Not ready, out of budget (`budget_exceeded`) or every LLM backend full (`overloaded`); see `Retry-After`",
+        ),
+    ];
+    if v1 {
+        e.push((
+            ErrorCode::RateLimited,
+            "Over the tenant's rate limit; see `Retry-After`",
+        ));
+    }
+    e
+}
+
+/// A follow-up operation from a created resource: (from operation, status,
+/// link name, to operation, parameters).
+type Link = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static [(&'static str, &'static str)],
+);
+
+const LINKS: &[Link] = &[
+    (
+        "post_v1_collections",
+        "201",
+        "GetCollection",
+        "get_v1_collections_name",
+        &[("name", "$response.body#/name")],
+    ),
+    (
+        "post_v1_collections",
+        "201",
+        "DeleteCollection",
+        "delete_v1_collections_name",
+        &[("name", "$response.body#/name")],
+    ),
+    (
+        "post_v1_documents",
+        "200",
+        "GetDocument",
+        "get_v1_documents_id",
+        &[
+            ("id", "$response.body#/documents/0/id"),
+            ("collection", "$response.body#/collection"),
+        ],
+    ),
+    (
+        "post_v1_documents",
+        "200",
+        "DeleteDocument",
+        "delete_v1_documents_id",
+        &[
+            ("id", "$response.body#/documents/0/id"),
+            ("collection", "$response.body#/collection"),
+        ],
+    ),
+    (
+        "post_admin_keys",
+        "201",
+        "RevokeKey",
+        "delete_admin_keys_id",
+        &[("id", "$response.body#/id")],
+    ),
+];
+
+/// `get /v1/documents/{id}` → `get_v1_documents_id`.
+fn operation_id(method: &str, path: &str) -> String {
+    let mut id = method.to_owned();
+    for part in path.split('/').filter(|p| !p.is_empty()) {
+        id.push('_');
+        id.extend(
+            part.chars()
+                .filter(|c| !matches!(c, '{' | '}'))
+                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }),
+        );
+    }
+    id
+}
+
+/// The document as served.
+pub fn document() -> Value {
+    let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_else(|_| json!({}));
+    doc["components"]["securitySchemes"] = json!({
+        "api_key": {
+            "type": "http", "scheme": "bearer",
+            "description": "An API key (`rk_…`) made by the admin: it names your tenant. Optional unless `auth.require_api_key` is set; without one you are the `default` tenant."
+        },
+        "admin": {
+            "type": "http", "scheme": "bearer",
+            "description": "The admin key (`RAGTIME__ADMIN_KEY`)."
+        }
+    });
+    let error_ref = json!({"$ref": "#/components/schemas/ErrorBody"});
+    if let Some(paths) = doc["paths"].as_object_mut() {
+        for (path, item) in paths.iter_mut() {
+            let Some(ops) = item.as_object_mut() else {
+                continue;
+            };
+            for (method, op) in ops.iter_mut() {
+                op["operationId"] = json!(operation_id(method, path));
+                let (v1, admin) = (path.starts_with("/v1/"), path.starts_with("/admin/"));
+                if v1 {
+                    op["security"] = json!([{}, {"api_key": []}]);
+                } else if admin {
+                    op["security"] = json!([{"admin": []}]);
+                } else {
+                    continue;
+                }
+                let responses = &mut op["responses"];
+                for (code, what) in errors(v1) {
+                    let status = code.status().as_u16().to_string();
+                    if responses.get(&status).is_none() {
+                        responses[&status] = json!({
+                            "description": what,
+                            "content": {"application/json": {"schema": error_ref.clone()}}
+                        });
+                    }
+                }
+            }
+        }
+    }
+    let mut at: std::collections::HashMap<String, (String, String)> = Default::default();
+    if let Some(paths) = doc["paths"].as_object() {
+        for (path, item) in paths {
+            for (method, op) in item.as_object().into_iter().flatten() {
+                if let Some(id) = op["operationId"].as_str() {
+                    at.insert(id.to_owned(), (path.clone(), method.clone()));
+                }
+            }
+        }
+    }
+    for (from, status, name, to, params) in LINKS {
+        let Some((path, method)) = at.get(*from) else {
+            continue;
+        };
+        let params: serde_json::Map<String, Value> = params
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), json!(v)))
+            .collect();
+        doc["paths"][path][method]["responses"][*status]["links"][*name] =
+            json!({"operationId": to, "parameters": params});
+    }
+    doc
+}
+
+fn document_text() -> &'static str {
+    static DOC: OnceLock<String> = OnceLock::new();
+    DOC.get_or_init(|| document().to_string())
+}
+
+/// This document.
+#[utoipa::path(get, path = "/openapi.json", tag = "health",
+    responses((status = 200, description = "The OpenAPI 3.1 document", body = Object)))]
+pub async fn document_json() -> Response {
+    let mut r = document_text().into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+/// A page that reads this document.
+#[utoipa::path(get, path = "/docs", tag = "health",
+    responses((status = 200, description = "The page", content_type = "text/html", body = String)))]
+pub async fn docs() -> Html<&'static str> {
+    Html(include_str!("docs.html"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operation_ids_are_unique_and_links_point_at_operations() {
+        let doc = document();
+        assert_eq!(doc["openapi"], "3.1.0");
+        let mut ids = std::collections::HashSet::new();
+        for (path, item) in doc["paths"].as_object().into_iter().flatten() {
+            for (method, op) in item.as_object().into_iter().flatten() {
+                let id = op["operationId"].as_str().unwrap_or_default().to_owned();
+                assert!(ids.insert(id.clone()), "{id} twice");
+                if path.starts_with("/v1/") || path.starts_with("/admin/") {
+                    assert!(op["responses"]["422"].is_object(), "{method} {path}");
+                }
+            }
+        }
+        for (from, _, _, to, _) in LINKS {
+            assert!(ids.contains(*from) && ids.contains(*to), "{from} -> {to}");
+        }
+        assert_eq!(
+            operation_id("get", "/v1/documents/{id}"),
+            "get_v1_documents_id"
+        );
+    }
+}
