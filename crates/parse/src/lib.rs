@@ -8,8 +8,38 @@ use scraper::{Html, Node};
 use serde_json::{Map, Value};
 use std::io::Read;
 
-/// Why a file cannot be read as documents (lowercase, names the problem).
-pub type FileError = String;
+/// Why a file cannot be read as documents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileError {
+    /// Lowercase, names the file and the problem.
+    pub message: String,
+    /// Over a size limit (the upload route answers 413).
+    pub too_large: bool,
+}
+
+impl From<String> for FileError {
+    fn from(message: String) -> Self {
+        Self {
+            message,
+            too_large: false,
+        }
+    }
+}
+
+impl std::fmt::Display for FileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for FileError {}
+
+/// The most a gzipped file may expand to: a small upload must not become
+/// gigabytes in memory.
+pub const MAX_DECOMPRESSED_BYTES: u64 = 256 * 1024 * 1024;
+
+/// A problem message (what [`FileError`] carries).
+type Msg = String;
 
 fn stem(name: &str) -> &str {
     let base = name.rsplit(['/', '\\']).next().unwrap_or(name);
@@ -19,7 +49,7 @@ fn stem(name: &str) -> &str {
         .unwrap_or(base)
 }
 
-fn utf8(name: &str, bytes: Vec<u8>) -> Result<String, FileError> {
+fn utf8(name: &str, bytes: Vec<u8>) -> Result<String, Msg> {
     String::from_utf8(bytes).map_err(|e| {
         format!(
             "{name}: not valid UTF-8 (byte {})",
@@ -128,9 +158,31 @@ pub fn docs_from_file(name: &str, bytes: Vec<u8>) -> Result<Vec<IngestDoc>, File
 }
 
 /// Reads one file ([`docs_from_file`] without making the documents yet).
+/// A gzipped file may expand to at most [`MAX_DECOMPRESSED_BYTES`].
 pub fn parse_file(name: &str, bytes: Vec<u8>) -> Result<ParsedFile, FileError> {
+    if format(name) != Some(Format::JsonlGz) {
+        return read_file(name, bytes).map_err(FileError::from);
+    }
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(bytes.as_slice())
+        .take(MAX_DECOMPRESSED_BYTES + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| format!("{name}: not a gzip file: {e}"))?;
+    if out.len() as u64 > MAX_DECOMPRESSED_BYTES {
+        return Err(FileError {
+            message: format!(
+                "{name}: expands to more than {} MiB",
+                MAX_DECOMPRESSED_BYTES >> 20
+            ),
+            too_large: true,
+        });
+    }
+    Ok(ParsedFile(Parsed::Docs(jsonl(name, &utf8(name, out)?)?)))
+}
+
+fn read_file(name: &str, bytes: Vec<u8>) -> Result<ParsedFile, Msg> {
     let base = document_id(name);
-    let blocks = |title: Option<String>, blocks: Vec<Block>| -> Result<ParsedFile, FileError> {
+    let blocks = |title: Option<String>, blocks: Vec<Block>| -> Result<ParsedFile, Msg> {
         if blocks.is_empty() {
             return Err(format!("{name}: no text found"));
         }
@@ -150,13 +202,7 @@ pub fn parse_file(name: &str, bytes: Vec<u8>) -> Result<ParsedFile, FileError> {
         ));
     };
     match f {
-        Format::JsonlGz => {
-            let mut out = Vec::new();
-            flate2::read::GzDecoder::new(bytes.as_slice())
-                .read_to_end(&mut out)
-                .map_err(|e| format!("{name}: not a gzip file: {e}"))?;
-            Ok(ParsedFile(Parsed::Docs(jsonl(name, &utf8(name, out)?)?)))
-        }
+        Format::JsonlGz => Err(format!("{name}: gzip is read by parse_file")),
         Format::Jsonl => Ok(ParsedFile(Parsed::Docs(jsonl(name, &utf8(name, bytes)?)?))),
         Format::Text => {
             let text = utf8(name, bytes)?;
@@ -358,7 +404,7 @@ pub fn pdf_blocks(text: &str) -> Vec<Block> {
 }
 
 /// BEIR lines: `{"_id", "title", "text", "metadata"?}` (`id` works too).
-fn jsonl(name: &str, text: &str) -> Result<Vec<IngestDoc>, FileError> {
+fn jsonl(name: &str, text: &str) -> Result<Vec<IngestDoc>, Msg> {
     let mut docs = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
@@ -830,14 +876,23 @@ mod tests {
         assert_eq!(d.len(), 2);
         assert_eq!(d[0].metadata.get("y"), Some(&Value::from(1)));
         assert!(
-            docs_from_file("a.txt", vec![0xff, 0xfe, b'a']).is_err_and(|e| e.contains("UTF-8"))
+            docs_from_file("a.txt", vec![0xff, 0xfe, b'a'])
+                .is_err_and(|e| e.message.contains("UTF-8"))
         );
-        assert!(docs_from_file("a.docx", b"x".to_vec()).is_err_and(|e| e.contains("unsupported")));
+        assert!(
+            docs_from_file("a.docx", b"x".to_vec())
+                .is_err_and(|e| e.message.contains("unsupported"))
+        );
         assert!(
             docs_from_file("a.jsonl", b"{\"_id\":\"1\"}".to_vec())
-                .is_err_and(|e| e.contains("line 1"))
+                .is_err_and(|e| e.message.contains("line 1"))
         );
-        assert!(docs_from_file("a.txt", b"   ".to_vec()).is_err_and(|e| e.contains("no text")));
-        assert!(docs_from_file("a.pdf", b"not a pdf".to_vec()).is_err_and(|e| e.contains("PDF")));
+        assert!(
+            docs_from_file("a.txt", b"   ".to_vec()).is_err_and(|e| e.message.contains("no text"))
+        );
+        assert!(
+            docs_from_file("a.pdf", b"not a pdf".to_vec())
+                .is_err_and(|e| e.message.contains("PDF"))
+        );
     }
 }

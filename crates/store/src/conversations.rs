@@ -47,6 +47,29 @@ impl Store {
         Ok(())
     }
 
+    /// Removes messages written before `before_ms` and the conversations
+    /// they leave empty, in one transaction; returns how many of each.
+    pub async fn expire_conversations(&self, before_ms: i64) -> Result<(u64, u64), StoreError> {
+        on_pool!(self, p => {
+            let mut tx = p.begin_write().await?;
+            let messages = sqlx::query("DELETE FROM messages WHERE at_ms < $1")
+                .bind(before_ms)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            let conversations = sqlx::query(
+                "DELETE FROM conversations WHERE created_ms < $1 \
+                 AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.conversation_id = conversations.id)",
+            )
+            .bind(before_ms)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            tx.commit().await?;
+            Ok((messages, conversations))
+        })
+    }
+
     /// The collection a conversation belongs to, if it exists.
     pub async fn conversation_collection(&self, id: &str) -> Result<Option<String>, StoreError> {
         let q = "SELECT collection FROM conversations WHERE id = $1";

@@ -208,6 +208,38 @@ async fn exercise_conversations(store: &Store) {
         [("assistant", "a2"), ("user", "q3"), ("assistant", "a3")]
     );
     assert_eq!(store.recent_turns("c1", 100).await.expect("turns").len(), 8);
+
+    // Retention: nothing is older than an hour ago; everything is older
+    // than a moment from now.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
+    let none = store
+        .expire_conversations(now - 3_600_000)
+        .await
+        .expect("expire");
+    assert_eq!(none, (0, 0));
+    assert_eq!(store.recent_turns("c1", 100).await.expect("turns").len(), 8);
+    let (messages, conversations) = store
+        .expire_conversations(now + 1_000)
+        .await
+        .expect("expire");
+    assert!(
+        messages >= 8 && conversations >= 1,
+        "{messages} {conversations}"
+    );
+    assert!(
+        store
+            .recent_turns("c1", 100)
+            .await
+            .expect("turns")
+            .is_empty()
+    );
+    assert_eq!(
+        store.conversation_collection("c1").await.expect("get"),
+        None
+    );
 }
 
 async fn exercise_budgets(store: &Store) {

@@ -171,6 +171,10 @@ impl Application {
             .await
             .map_err(anyhow::Error::msg)?;
         state.budgets.follow(Duration::from_secs(1));
+        tokio::spawn(expire_conversations(
+            state.store.clone(),
+            state.config.chat.retention_days,
+        ));
         let loading = state.clone();
         tokio::spawn(async move {
             let res = loader::load(&loading, overrides).await;
@@ -314,6 +318,32 @@ async fn unload_idle(pipeline: Arc<ragtime_pipeline::Pipeline>, idle_s: u64) {
         let n = pipeline.corpus.unload_idle(idle).await;
         if n > 0 {
             tracing::info!(collections = n, idle_s, "idle collections' indexes dropped");
+        }
+    }
+}
+
+/// Removes conversations' messages older than `days` (0: keeps them), at
+/// start and every hour after; runs for the process's life.
+async fn expire_conversations(store: ragtime_store::Store, days: u32) {
+    if days == 0 {
+        return;
+    }
+    let keep_ms = i64::from(days) * 86_400_000;
+    let mut every = tokio::time::interval(Duration::from_secs(3600));
+    loop {
+        every.tick().await;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        match store.expire_conversations(now - keep_ms).await {
+            Ok((0, 0)) => {}
+            Ok((messages, conversations)) => tracing::info!(
+                messages,
+                conversations,
+                days,
+                "expired conversation messages removed"
+            ),
+            Err(e) => tracing::warn!(error = %e, "removing expired conversation messages failed"),
         }
     }
 }

@@ -157,6 +157,9 @@ pub struct ChatConfig {
     pub top_k: usize,
     /// Earlier messages of a stored conversation put into the prompt.
     pub history_messages: usize,
+    /// Days a conversation's messages are kept (0: for ever); a
+    /// background task removes older ones every hour.
+    pub retention_days: u32,
     /// `generate`, `extractive` or `quote_then_generate` (a request's
     /// `answer` overrides it). Unset: `extractive` on the embedded local
     /// model (on two cores SmolLM2-135M answers right less often than the
@@ -180,6 +183,7 @@ impl Default for ChatConfig {
         Self {
             top_k: 5,
             history_messages: 6,
+            retention_days: 30,
             answer: None,
             on_ungrounded: a.on_ungrounded,
             temperature: a.temperature,

@@ -317,6 +317,38 @@ pub async fn delete(
     }))
 }
 
+/// How long reading one uploaded file may take (a PDF can take long).
+const PARSE_TIME_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Reads an uploaded file on the blocking pool, not on the async threads,
+/// within [`PARSE_TIME_LIMIT`]. A file that expands past the limit or is not
+/// read in time is a 413 naming it; one that cannot be read, a 422. (A read
+/// past its time limit cannot be stopped: its thread finishes on its own,
+/// and its result is dropped.)
+async fn parse_off_thread(
+    filename: String,
+    bytes: Vec<u8>,
+    path: &str,
+) -> Result<ragtime_parse::ParsedFile, ApiError> {
+    let name = filename.clone();
+    let read = tokio::task::spawn_blocking(move || ragtime_parse::parse_file(&name, bytes));
+    match tokio::time::timeout(PARSE_TIME_LIMIT, read).await {
+        Err(_) => {
+            let msg = format!(
+                "{filename}: not read within {} s",
+                PARSE_TIME_LIMIT.as_secs()
+            );
+            Err(ApiError::new(ErrorCode::PayloadTooLarge, msg).field(path))
+        }
+        Ok(Err(e)) => Err(ApiError::internal(e)),
+        Ok(Ok(Err(e))) if e.too_large => {
+            Err(ApiError::new(ErrorCode::PayloadTooLarge, e.message).field(path))
+        }
+        Ok(Ok(Err(e))) => Err(ApiError::invalid(path, e.message)),
+        Ok(Ok(Ok(parsed))) => Ok(parsed),
+    }
+}
+
 fn multipart_error(e: &axum::extract::multipart::MultipartError) -> ApiError {
     if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
         ApiError::new(ErrorCode::PayloadTooLarge, "request body is too large")
@@ -357,8 +389,7 @@ async fn upload(mut form: Multipart) -> Result<(String, Vec<IngestDoc>), ApiErro
                 let filename = filename
                     .ok_or_else(|| ApiError::invalid(&path, "a file part needs a filename"))?;
                 let bytes = field.bytes().await.map_err(|e| multipart_error(&e))?;
-                let parsed = ragtime_parse::parse_file(&filename, bytes.to_vec())
-                    .map_err(|e| ApiError::invalid(&path, e))?;
+                let parsed = parse_off_thread(filename, bytes.to_vec(), &path).await?;
                 let n = ragtime_parse::documents_in(&parsed);
                 paths.extend(std::iter::repeat_n(path, n));
                 parsed_files.push(parsed);
@@ -376,6 +407,12 @@ async fn upload(mut form: Multipart) -> Result<(String, Vec<IngestDoc>), ApiErro
     }
     // Read together, so lines repeated on most pages (chrome) are dropped.
     let docs = ragtime_parse::into_documents(parsed_files);
+    for (path, d) in paths.iter().zip(&docs) {
+        if d.text.len() > MAX_TEXT {
+            let msg = format!("{}: its text is longer than {MAX_TEXT} bytes", d.id);
+            return Err(ApiError::new(ErrorCode::PayloadTooLarge, msg).field(path));
+        }
+    }
     let docs = paths
         .into_iter()
         .zip(docs)

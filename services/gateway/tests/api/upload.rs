@@ -54,6 +54,48 @@ async fn upload(app: &TestApp, form: Form) -> reqwest::Response {
         .expect("upload")
 }
 
+/// The upload is refused with 413 naming `field` and the file `name`.
+async fn too_large(app: &TestApp, form: Form, field: &str, name: &str) {
+    let (s, code, f, body) = error_of(upload(app, form).await).await;
+    assert_eq!(
+        (s, code.as_str(), f.as_deref()),
+        (413, "payload_too_large", Some(field)),
+        "{body}"
+    );
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains(name), "{body}");
+}
+
+/// A file that expands past what ragtime reads (a gzip bomb), and one whose
+/// text is past the per-document limit: 413 naming the file, nothing
+/// written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uploads_that_expand_past_the_limits_are_refused_naming_the_file() {
+    let app = TestApp::spawn().await;
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    let line =
+        br#"{"_id": "z", "text": "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz"}"#;
+    let mut written = 0u64;
+    while written <= ragtime_parse::MAX_DECOMPRESSED_BYTES {
+        let chunk = line.repeat(16 * 1024);
+        gz.write_all(&chunk).expect("gzip");
+        written += chunk.len() as u64;
+    }
+    let bomb = gz.finish().expect("gzip");
+    assert!(bomb.len() < 8 * 1024 * 1024, "{} bytes sent", bomb.len());
+    let form = Form::new()
+        .part("file", file("ok.txt", b"fine".to_vec()))
+        .part("file", file("bomb.jsonl.gz", bomb));
+    too_large(&app, form, "file[1]", "bomb.jsonl.gz").await;
+    let long = "word ".repeat(420_000);
+    let form = Form::new().part("file", file("long.txt", long.into_bytes()));
+    too_large(&app, form, "file[0]", "long.txt").await;
+    for id in ["ok.txt", "long.txt"] {
+        let r = app.get(&format!("/v1/documents/{id}")).await;
+        assert_eq!(r.status(), 404, "{id} was written");
+    }
+}
+
 async fn search_ids(app: &TestApp, body: Value) -> Vec<String> {
     ids(&app.search(body).await)
 }
