@@ -583,9 +583,14 @@ impl Corpus {
         let mut out = Vec::with_capacity(pending.len());
         let (mut removed, mut items) = (Vec::new(), Vec::new());
         let mut receipts = receipts.into_iter().zip(new_docs);
+        // An unchanged document the index lacks (an earlier index update
+        // failed) is repaired: the collection reloads from the store.
+        let mut reload = false;
         for PendingDoc { doc, unchanged, .. } in pending {
             if unchanged {
                 let stored = self.store.get_document(coll_id, &doc.id).await?;
+                let chunks = stored.as_ref().map_or(&[][..], |d| &d.chunks[..]);
+                reload |= chunks.iter().any(|c| index.chunk(c.id).is_none());
                 out.push(Ingested {
                     id: doc.id,
                     status: Upsert::Unchanged,
@@ -607,10 +612,19 @@ impl Corpus {
         // A document listed twice replaces its own first version.
         let gone: std::collections::HashSet<i64> = removed.iter().copied().collect();
         items.retain(|(c, _)| !gone.contains(&c.chunk_id));
-        tokio::task::block_in_place(|| {
+        let indexed = tokio::task::block_in_place(|| {
             index.remove(&removed)?;
             index.add(items)
-        })?;
+        });
+        if let Err(e) = &indexed {
+            // The write is durable; the collection's next request loads
+            // its indexes from the store again.
+            tracing::warn!(error = %e, collection = %collection, "index update failed: the collection reloads from the store");
+            reload = true;
+        }
+        if reload {
+            self.indexes.remove(&collection);
+        }
         if let Some(v) = version {
             self.advance(v);
         }

@@ -283,16 +283,26 @@ impl Pipeline {
     /// Ingests documents into a collection of `tenant` (created if
     /// missing); every document is committed when this returns. Returns
     /// what happened to each, and the corpus version after.
+    ///
+    /// Chunking and embedding stop if the caller goes away; the commit —
+    /// the store's transaction and then the indexes — runs to its end on a
+    /// task of its own, so a client that disconnects after the store has
+    /// committed never leaves a durable but unindexed document.
     pub async fn ingest(
-        &self,
+        self: &Arc<Self>,
         tenant: &Tenant,
         collection: &str,
         docs: Vec<IngestDoc>,
     ) -> Result<(Vec<Ingested>, i64), PipelineError> {
-        let done = self
+        let prepared = self
             .corpus
-            .ingest(&tenant.collection(collection), docs)
+            .prepare(&tenant.collection(collection), docs)
             .await
+            .map_err(|e| Self::corpus_error(e, collection))?;
+        let me = self.clone();
+        let done = tokio::spawn(async move { me.corpus.commit(prepared).await })
+            .await
+            .map_err(|e| PipelineError::Internal(format!("ingest task: {e}")))?
             .map_err(|e| Self::corpus_error(e, collection))?;
         let version = self
             .corpus

@@ -124,3 +124,33 @@ async fn pipelined_batches_commit_in_order() {
     assert_eq!(stored_text(&rag, "a").await, "first version of a");
     assert_eq!(stored_text(&rag, "c").await, "only version of c");
 }
+
+/// A document the store holds but the index lost (an index update that
+/// failed after the commit) is repaired by ingesting the same content
+/// again: the collection reloads from the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_of_the_same_content_repairs_a_missing_index_entry() {
+    let (rag, _dir) = rag().await;
+    let mito = doc("mito", "Mitochondria make most of the cell's ATP.");
+    rag.ingest("c", vec![mito.clone()]).await.expect("ingest");
+    let index = rag.collection("c").await.expect("collection");
+    let ids: Vec<i64> = {
+        let coll = rag.store.collection_id("c").await.expect("q").expect("c");
+        let d = rag
+            .store
+            .get_document(coll, "mito")
+            .await
+            .expect("q")
+            .expect("doc");
+        d.chunks.iter().map(|c| c.id).collect()
+    };
+    index.remove(&ids).expect("lose it");
+    assert!(index.chunk(ids[0]).is_none());
+    let again = rag.ingest("c", vec![mito]).await.expect("again");
+    assert_eq!(again[0].status, Upsert::Unchanged);
+    let index = rag.collection("c").await.expect("collection");
+    assert!(
+        ids.iter().all(|id| index.chunk(*id).is_some()),
+        "the index has the document again"
+    );
+}
