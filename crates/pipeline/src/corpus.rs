@@ -13,6 +13,7 @@ use ragtime_store::{
 };
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use thiserror::Error;
@@ -193,6 +194,35 @@ pub struct Corpus {
     /// Collections (the largest first) loaded by [`Corpus::rebuild`]; the
     /// rest load at their first request.
     preload: usize,
+    /// The ingest-log entry the follower has reached.
+    applied: std::sync::atomic::AtomicI64,
+    /// Log entries of this process's own writes the follower has not
+    /// reached yet: already in the indexes, so it passes them by.
+    own: std::sync::Mutex<std::collections::HashSet<i64>>,
+    /// Loaded collections by their store id (the log names collections by id).
+    loaded_ids: std::sync::Mutex<HashMap<i64, String>>,
+    /// Whether a follower runs (only then are own writes remembered).
+    following: std::sync::atomic::AtomicBool,
+    /// How far behind the store the follower was at its last look.
+    lag: std::sync::Mutex<Lag>,
+}
+
+/// How far the indexes are behind the store's change log.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Lag {
+    /// Log entries not applied yet.
+    pub entries: i64,
+    /// Age of the oldest of them (0 when caught up).
+    pub seconds: f64,
+    /// The log entry the indexes reflect.
+    pub applied: i64,
+}
+
+/// Log entries one look at the store applies at most.
+const FOLLOW_BATCH: i64 = 1000;
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The first 16 hex digits of the SHA-256 of `parts`, each ended by 0xff
@@ -239,6 +269,11 @@ impl Corpus {
             version: std::sync::atomic::AtomicI64::new(0),
             quotas: Quotas::default(),
             preload: usize::MAX,
+            applied: std::sync::atomic::AtomicI64::new(0),
+            own: std::sync::Mutex::default(),
+            loaded_ids: std::sync::Mutex::default(),
+            following: std::sync::atomic::AtomicBool::new(false),
+            lag: std::sync::Mutex::default(),
         }
     }
 
@@ -293,6 +328,10 @@ impl Corpus {
     /// first request. Returns the chunks indexed.
     pub async fn rebuild(&self) -> Result<usize, CorpusError> {
         let version = self.store.corpus_version().await?;
+        // What loads from here on is at least this new: the follower
+        // starts after it.
+        self.applied
+            .fetch_max(version, std::sync::atomic::Ordering::AcqRel);
         let mut all = self.store.list_collections(None).await?;
         all.sort_by(|a, b| b.chunks.cmp(&a.chunks).then(a.name.cmp(&b.name)));
         let mut n = 0;
@@ -324,6 +363,7 @@ impl Corpus {
         )?);
         tokio::task::block_in_place(|| idx.add(items))?;
         self.indexes.insert(name, idx.clone());
+        lock(&self.loaded_ids).insert(coll_id, name.to_owned());
         Ok((idx, Some(started.elapsed())))
     }
 
@@ -381,7 +421,9 @@ impl Corpus {
         };
         let dropped = self.store.drop_collection(id).await?;
         self.indexes.remove(name);
+        lock(&self.loaded_ids).remove(&id);
         if let Some(d) = &dropped {
+            self.remember(d.version);
             self.advance(d.version);
         }
         Ok(dropped)
@@ -400,6 +442,103 @@ impl Corpus {
                 record,
             })
             .collect())
+    }
+
+    /// Notes a log entry of this process's own write for the follower.
+    fn remember(&self, entry: i64) {
+        if self.following.load(std::sync::atomic::Ordering::Acquire) {
+            lock(&self.own).insert(entry);
+        }
+    }
+
+    /// Applies the store's changes made since the last call by anyone
+    /// else — another replica, `ragtime ingest` — to the loaded indexes, in
+    /// the log's order, and moves the corpus version with them (so no
+    /// cached answer older than an applied change is served). Collections
+    /// not loaded need nothing: they load the store as it is. Returns the
+    /// log entries passed.
+    pub async fn follow(&self) -> Result<usize, CorpusError> {
+        use std::sync::atomic::Ordering;
+        let _w = self.write_lock.lock().await;
+        self.following.store(true, Ordering::Release);
+        let after = self.applied.load(Ordering::Acquire);
+        let entries = self.store.log_since(after, FOLLOW_BATCH).await?;
+        for e in &entries {
+            if !lock(&self.own).remove(&e.id) {
+                self.apply(e).await?;
+            }
+            self.applied.fetch_max(e.id, Ordering::AcqRel);
+            self.advance(e.id);
+        }
+        let applied = self.applied.load(Ordering::Acquire);
+        let mut lag = Lag {
+            applied,
+            ..Lag::default()
+        };
+        if entries.len() as i64 == FOLLOW_BATCH {
+            // More may wait: how many, and since when.
+            if let Some(next) = self.store.log_since(applied, 1).await?.first() {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as i64);
+                lag.entries = self.store.corpus_version().await? - applied;
+                lag.seconds = (now - next.at_ms).max(0) as f64 / 1000.0;
+            }
+        }
+        *lock(&self.lag) = lag;
+        Ok(entries.len())
+    }
+
+    /// How far behind the store the indexes were at the follower's last look.
+    pub fn lag(&self) -> Lag {
+        *lock(&self.lag)
+    }
+
+    /// One log entry into the loaded indexes (the caller holds the write
+    /// lock). A document's change is applied as the store holds it now, so
+    /// applying an entry that a load already reflects changes nothing.
+    async fn apply(&self, e: &ragtime_store::LogEntry) -> Result<(), CorpusError> {
+        let name = lock(&self.loaded_ids).get(&e.collection_id).cloned();
+        let Some(name) = name else {
+            return Ok(());
+        };
+        let Some(index) = self.indexes.get(&name) else {
+            lock(&self.loaded_ids).remove(&e.collection_id);
+            return Ok(());
+        };
+        match e.op.as_str() {
+            "drop_collection" => {
+                self.indexes.remove(&name);
+                lock(&self.loaded_ids).remove(&e.collection_id);
+            }
+            "upsert" | "delete" => {
+                let stored = self
+                    .store
+                    .document_index_chunks(e.collection_id, &e.external_id)
+                    .await?;
+                let old: std::collections::HashSet<i64> =
+                    index.chunks_of(&e.external_id).into_iter().collect();
+                let new: std::collections::HashSet<i64> =
+                    stored.iter().map(|c| c.chunk_id).collect();
+                if old == new {
+                    return Ok(());
+                }
+                let gone: Vec<i64> = old.difference(&new).copied().collect();
+                let mut items = index_items(stored);
+                items.retain(|(c, _)| !old.contains(&c.chunk_id));
+                let applied = tokio::task::block_in_place(|| {
+                    index.remove(&gone)?;
+                    index.add(items)
+                });
+                if let Err(err) = applied {
+                    tracing::warn!(error = %err, collection = %name, "applying a change failed: the collection reloads from the store");
+                    self.indexes.remove(&name);
+                    lock(&self.loaded_ids).remove(&e.collection_id);
+                }
+            }
+            _ => {}
+        }
+        Ok(())
     }
 
     /// Drops the in-memory indexes of collections no search has used for
@@ -602,6 +741,7 @@ impl Corpus {
                 break;
             };
             removed.extend_from_slice(&receipt.removed_chunk_ids);
+            self.remember(receipt.version);
             out.push(Ingested {
                 id: doc.id.clone(),
                 status: receipt.upsert,
@@ -643,6 +783,7 @@ impl Corpus {
         if let Some(index) = self.indexes.get(collection) {
             index.remove(&receipt.removed_chunk_ids)?;
         }
+        self.remember(receipt.version);
         self.advance(receipt.version);
         Ok(true)
     }

@@ -18,6 +18,8 @@ struct DocEntry {
 struct Corpus {
     chunks: HashMap<i64, Arc<Chunk>>,
     docs: HashMap<i64, DocEntry>,
+    /// A document's id by its external id.
+    by_external: HashMap<String, i64>,
 }
 
 /// Which chunks a search may return.
@@ -136,11 +138,25 @@ impl CollectionIndex {
                     });
                 doc.metadata = c.metadata.clone();
                 doc.chunks.push(c.chunk_id);
+                corpus
+                    .by_external
+                    .insert(c.external_id.clone(), c.document_id);
                 corpus.chunks.insert(c.chunk_id, Arc::new(c));
             }
         }
         self.version.fetch_add(1, Ordering::AcqRel);
         Ok(())
+    }
+
+    /// The chunks of the document with this external id.
+    pub fn chunks_of(&self, external_id: &str) -> Vec<i64> {
+        let corpus = self.corpus.read().unwrap_or_else(PoisonError::into_inner);
+        corpus
+            .by_external
+            .get(external_id)
+            .and_then(|d| corpus.docs.get(d))
+            .map(|d| d.chunks.clone())
+            .unwrap_or_default()
     }
 
     /// Removes chunks from both indexes.
@@ -158,6 +174,9 @@ impl CollectionIndex {
                     doc.chunks.retain(|x| x != id);
                     if doc.chunks.is_empty() {
                         corpus.docs.remove(&c.document_id);
+                        if corpus.by_external.get(&c.external_id) == Some(&c.document_id) {
+                            corpus.by_external.remove(&c.external_id);
+                        }
                     }
                 }
             }

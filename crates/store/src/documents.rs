@@ -87,6 +87,19 @@ pub struct IndexChunk {
     pub embedding: Vec<f32>,
 }
 
+/// A change in the ingest log (its id is the corpus version after it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogEntry {
+    pub id: i64,
+    pub collection_id: i64,
+    /// The document's id ("" for collection changes).
+    pub external_id: String,
+    /// `upsert`, `delete`, `create_collection` or `drop_collection`.
+    pub op: String,
+    /// When it was written (ms since the epoch).
+    pub at_ms: i64,
+}
+
 /// f32 little-endian bytes.
 pub fn encode_vector(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
@@ -373,6 +386,37 @@ impl Store {
                 })
                 .collect(),
         }))
+    }
+
+    /// One document's chunks as stored now, with their embeddings (none if
+    /// it is gone), for applying a change to a loaded index.
+    pub async fn document_index_chunks(
+        &self,
+        collection_id: i64,
+        external_id: &str,
+    ) -> Result<Vec<IndexChunk>, StoreError> {
+        let q = format!(
+            "{INDEX_SELECT} WHERE d.collection_id = $1 AND d.external_id = $2 ORDER BY c.position"
+        );
+        let rows: Vec<IndexRow> = on_pool!(self, p => sqlx::query_as(&q).bind(collection_id).bind(external_id).fetch_all(p).await?);
+        Ok(rows.into_iter().map(to_index).collect())
+    }
+
+    /// Ingest-log entries after `after`, oldest first, at most `limit`.
+    pub async fn log_since(&self, after: i64, limit: i64) -> Result<Vec<LogEntry>, StoreError> {
+        let q = "SELECT id, collection_id, external_id, op, at_ms FROM ingest_log WHERE id > $1 ORDER BY id LIMIT $2";
+        let rows: Vec<(i64, i64, String, String, i64)> =
+            on_pool!(self, p => sqlx::query_as(q).bind(after).bind(limit).fetch_all(p).await?);
+        Ok(rows
+            .into_iter()
+            .map(|(id, collection_id, external_id, op, at_ms)| LogEntry {
+                id,
+                collection_id,
+                external_id,
+                op,
+                at_ms,
+            })
+            .collect())
     }
 
     /// One collection's chunks with their embeddings, for loading its indexes.

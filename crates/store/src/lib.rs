@@ -51,7 +51,7 @@ pub use budgets::BudgetVersion;
 pub use collections::{CollectionRecord, Created, Dropped, Limits, TenantQuota, Usage};
 pub use conversations::Turn;
 pub use documents::{
-    ChunkRecord, DocumentRecord, IndexChunk, NewChunk, NewDocument, Upsert, WriteReceipt,
+    ChunkRecord, DocumentRecord, IndexChunk, LogEntry, NewChunk, NewDocument, Upsert, WriteReceipt,
     decode_vector, encode_vector,
 };
 

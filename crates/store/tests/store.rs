@@ -169,6 +169,39 @@ async fn exercise_documents(store: &Store) {
         None
     );
     assert_eq!(store.index_chunks().await.expect("chunks").len(), 1);
+
+    // The log, in order, for followers: `papers` made, then d1 created in
+    // both collections, replaced, deleted (the unchanged write is not in it).
+    let log = store.log_since(0, 100).await.expect("log");
+    let ops: Vec<(&str, &str)> = log
+        .iter()
+        .map(|e| (e.op.as_str(), e.external_id.as_str()))
+        .collect();
+    assert_eq!(
+        ops,
+        [
+            ("create_collection", ""),
+            ("upsert", "d1"),
+            ("upsert", "d1"),
+            ("upsert", "d1"),
+            ("delete", "d1"),
+        ]
+    );
+    assert!(log.windows(2).all(|w| w[0].id < w[1].id));
+    assert_eq!(store.log_since(log[3].id, 100).await.expect("log").len(), 1);
+    let now = store
+        .document_index_chunks(other, "d1")
+        .await
+        .expect("chunks");
+    assert_eq!(now.len(), 1);
+    assert_eq!(now[0].text, "gamma");
+    assert!(
+        store
+            .document_index_chunks(coll, "d1")
+            .await
+            .expect("gone")
+            .is_empty()
+    );
 }
 
 async fn exercise_conversations(store: &Store) {

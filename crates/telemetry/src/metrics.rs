@@ -184,6 +184,8 @@ pub struct Metrics {
     shed: Family<ShedLabels, Counter>,
     hedges: Counter,
     load_level: Gauge,
+    index_lag_seconds: Gauge<f64, AtomicU64>,
+    index_lag_entries: Gauge,
     first_chunk: Histogram,
     runs: [AtomicU64; Stage::ALL.len()],
     partial_total: AtomicU64,
@@ -225,6 +227,8 @@ impl Metrics {
             shed: Family::default(),
             hedges: Counter::default(),
             load_level: Gauge::default(),
+            index_lag_seconds: Gauge::default(),
+            index_lag_entries: Gauge::default(),
             first_chunk: Histogram::new(LATENCY_BUCKETS.iter().copied()),
             runs: Default::default(),
             partial_total: AtomicU64::new(0),
@@ -270,6 +274,16 @@ impl Metrics {
             "ragtime_llm_time_per_output_token_seconds",
             "Time per output token after the first",
             self.tpot.clone(),
+        );
+        r.register(
+            "ragtime_index_lag_seconds",
+            "Age of the oldest change in the store's log that this replica's indexes have not applied (0 when caught up)",
+            self.index_lag_seconds.clone(),
+        );
+        r.register(
+            "ragtime_index_lag_entries",
+            "Changes in the store's log this replica's indexes have not applied",
+            self.index_lag_entries.clone(),
         );
         r.register(
             "ragtime_http_requests_in_flight",
@@ -498,6 +512,12 @@ impl Metrics {
                 .get_or_create(&l)
                 .set(i64::from(state == breaker));
         }
+    }
+
+    /// How far this replica's indexes are behind the store's change log.
+    pub fn set_index_lag(&self, entries: i64, seconds: f64) {
+        self.index_lag_entries.set(entries);
+        self.index_lag_seconds.set(seconds);
     }
 
     /// The budgets in force for new requests (`None`: the total).

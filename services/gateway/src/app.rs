@@ -183,6 +183,7 @@ impl Application {
             }
             loading.set_pipeline(res);
             if let Some(p) = loading.loaded().cloned() {
+                tokio::spawn(follow_store(p.clone()));
                 unload_idle(p, loading.config.limits.idle_unload_s).await;
             }
         });
@@ -302,6 +303,28 @@ async fn shutdown_signal() {
     tokio::select! {
         () = ctrl_c => {},
         () = term => {},
+    }
+}
+
+/// How often the indexes look for changes other processes made.
+const FOLLOW_EVERY: Duration = Duration::from_millis(500);
+
+/// Applies what other replicas and `ragtime ingest` write to the store to
+/// this process's indexes; runs for the process's life.
+async fn follow_store(pipeline: Arc<ragtime_pipeline::Pipeline>) {
+    let mut every = tokio::time::interval(FOLLOW_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        match pipeline.corpus.follow().await {
+            Ok(_) => {
+                let lag = pipeline.corpus.lag();
+                pipeline.metrics.set_index_lag(lag.entries, lag.seconds);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "following the store's changes failed; trying again");
+            }
+        }
     }
 }
 

@@ -24,8 +24,8 @@ enum Command {
     /// Ingest files or folders (walked, every file of a known type) into
     /// the store: BEIR-style .jsonl / .jsonl.gz (`_id`, `title`, `text`,
     /// `metadata`), .txt, .md, .html, .pdf; a file's document id is its
-    /// path as given. A running server sees the new documents after its
-    /// next start.
+    /// path as given. A running server on the same store serves the new
+    /// documents within a second.
     Ingest {
         #[arg(long, short)]
         config: Option<PathBuf>,

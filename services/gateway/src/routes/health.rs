@@ -70,9 +70,23 @@ struct LlmCheck {
     backends: Vec<ragtime_pipeline::backend::BackendStatus>,
 }
 
+/// How far the indexes are behind the store's change log.
+#[derive(Serialize)]
+struct IndexCheck {
+    /// The log entry the indexes reflect.
+    applied: i64,
+    behind: i64,
+    lag_s: f64,
+}
+
+/// A replica whose indexes are further behind the store than this is not
+/// ready: it would serve answers older than other replicas'.
+const MAX_LAG_S: f64 = 30.0;
+
 #[derive(Serialize)]
 struct Checks {
     embed: Check<EmbedCheck>,
+    index: Check<IndexCheck>,
     store: Check<StoreCheck>,
     llm: Check<LlmCheck>,
 }
@@ -81,7 +95,8 @@ struct Checks {
 pub struct Ready {
     /// `ready` or `not_ready`.
     status: &'static str,
-    /// `embed`, `store` and `llm`, each with `ok` and its details or error.
+    /// `embed`, `index`, `store` and `llm`, each with `ok` and its details
+    /// or error.
     #[schema(value_type = Object)]
     checks: Checks,
 }
@@ -139,13 +154,32 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> impl IntoResponse {
             backends,
         })
     };
+    let index = match state.loaded() {
+        Some(p) => {
+            let lag = p.corpus.lag();
+            if lag.seconds > MAX_LAG_S {
+                Err(format!(
+                    "{} changes behind the store, the oldest {:.0} s old",
+                    lag.entries, lag.seconds
+                ))
+            } else {
+                Ok(IndexCheck {
+                    applied: lag.applied,
+                    behind: lag.entries,
+                    lag_s: lag.seconds,
+                })
+            }
+        }
+        None => Err("loading".to_owned()),
+    };
     let (store, llm) = tokio::join!(store, llm);
     let checks = Checks {
         embed: embed.into(),
+        index: index.into(),
         store: store.into(),
         llm: llm.into(),
     };
-    let ready = checks.embed.ok && checks.store.ok && checks.llm.ok;
+    let ready = checks.embed.ok && checks.index.ok && checks.store.ok && checks.llm.ok;
     let status = if ready {
         StatusCode::OK
     } else {

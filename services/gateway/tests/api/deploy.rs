@@ -117,6 +117,34 @@ fn compose_brings_ragtime_jaeger_and_the_profiles_on_loopback_only() {
         Some("postgres")
     );
     assert_eq!(c["services"]["vllm"]["profiles"][0].as_str(), Some("gpu"));
+    // Two gateways on PostgreSQL behind nginx, which names both.
+    for name in ["ragtime-a", "ragtime-b", "proxy"] {
+        assert_eq!(
+            c["services"][name]["profiles"][0].as_str(),
+            Some("replicas"),
+            "{name}"
+        );
+    }
+    assert!(
+        c["services"]["postgres"]["profiles"]
+            .as_sequence()
+            .is_some_and(|p| p.iter().any(|x| x.as_str() == Some("replicas")))
+    );
+    for name in ["ragtime-a", "ragtime-b"] {
+        assert!(
+            c["services"][name]["environment"]["RAGTIME__DATABASE_URL"]
+                .as_str()
+                .is_some_and(|u| u.starts_with("postgres://") && u.contains("@postgres:5432/")),
+            "{name} uses the shared PostgreSQL"
+        );
+    }
+    let conf =
+        std::fs::read_to_string(root().join("deploy/replicas-nginx.conf")).expect("nginx conf");
+    assert!(conf.contains("server ragtime-a:8080") && conf.contains("server ragtime-b:8080"));
+    assert!(
+        conf.contains("proxy_buffering off"),
+        "streamed answers pass at once"
+    );
     assert!(
         c["services"]["vllm"]["image"]
             .as_str()

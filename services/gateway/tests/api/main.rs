@@ -17,6 +17,7 @@ mod lifecycle;
 mod load;
 mod observability;
 mod openai_e2e;
+mod replicas;
 mod rerank;
 mod search;
 mod shapes;

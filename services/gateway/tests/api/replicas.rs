@@ -1,0 +1,144 @@
+//! Two replicas on one store: what one writes — ingests, replacements,
+//! deletes, a collection's removal — the other's indexes follow within a
+//! second or so, and the other never serves a cached answer from before a
+//! change it has applied.
+
+use crate::helpers::{PgDatabase, TestApp, ids};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+fn doc(id: &str, text: &str) -> Value {
+    json!({"id": id, "title": id, "text": text})
+}
+
+async fn search(app: &TestApp, query: &str) -> (u16, Value) {
+    let r = app
+        .post_json(
+            "/v1/search",
+            json!({"collection": "papers", "query": query, "mode": "lexical"}),
+        )
+        .await;
+    let s = r.status().as_u16();
+    (s, r.json().await.unwrap_or(Value::Null))
+}
+
+/// Waits (at most 10 s) until `b`'s search for `query` satisfies `ok`.
+async fn until(b: &TestApp, query: &str, what: &str, ok: impl Fn(u16, &Value) -> bool) {
+    let t = Instant::now();
+    loop {
+        let (s, v) = search(b, query).await;
+        if ok(s, &v) {
+            return;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "never {what}: {s} {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn ask(q: &str) -> Value {
+    json!({"model": "x", "collection": "papers", "messages": [{"role": "user", "content": q}]})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_replica_follows_every_change_the_first_makes() {
+    let a = TestApp::spawn().await;
+    let b = TestApp::builder().data_dir(a.data_dir()).spawn().await;
+    follows(&a, &b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL (RAGTIME_TEST_DATABASE_URL)"]
+async fn needs_postgres_a_second_replica_follows_every_change_the_first_makes() {
+    let db = PgDatabase::create("ragtime_follow").await;
+    let replica = |url: String| {
+        TestApp::builder()
+            .config(|c| c.database_url = Some(ragtime_gateway::config::Secret::from(url)))
+            .spawn()
+    };
+    let a = replica(db.url.clone()).await;
+    let b = replica(db.url.clone()).await;
+    follows(&a, &b).await;
+    let (_, _) = (a.shutdown().await, b.shutdown().await);
+    db.drop_db().await;
+}
+
+/// What `a` writes, `b` serves.
+async fn follows(a: &TestApp, b: &TestApp) {
+    a.ingest(json!({"collection": "papers", "documents": [
+        doc("mito", "Mitochondria make most of the cell's ATP."),
+        doc("ribo", "Ribosomes translate messenger RNA into protein."),
+    ]}))
+    .await;
+    // B loads the collection at its first search, then keeps it loaded.
+    until(b, "ATP", "found mito", |s, v| {
+        s == 200 && ids(v) == ["mito"]
+    })
+    .await;
+    let first = b.chat(ask("What makes the cell's ATP?")).await;
+    let again = b.chat(ask("What makes the cell's ATP?")).await;
+    assert_eq!(
+        (first["cached"].as_bool(), again["cached"].as_bool()),
+        (Some(false), Some(true))
+    );
+
+    // A new document, a replacement and a delete, all on A.
+    a.ingest(json!({"collection": "papers", "documents": [
+        doc("golgi", "The Golgi apparatus packages proteins into vesicles."),
+        doc("mito", "Mitochondria oxidise NADH to make ATP."),
+    ]}))
+    .await;
+    let r = a
+        .http
+        .delete(a.url("/v1/documents/ribo?collection=papers"))
+        .send()
+        .await
+        .expect("delete");
+    assert_eq!(r.status(), 200);
+    until(b, "vesicles", "found golgi", |_, v| ids(v) == ["golgi"]).await;
+    until(b, "NADH", "served the new mito", |_, v| {
+        v["results"][0]["text"] == "Mitochondria oxidise NADH to make ATP."
+    })
+    .await;
+    until(b, "messenger RNA", "dropped ribo", |_, v| {
+        !ids(v).contains(&"ribo".to_owned())
+    })
+    .await;
+    let (_, old) = search(b, "cell's ATP").await;
+    assert!(
+        old["results"].as_array().is_some_and(|r| r
+            .iter()
+            .all(|h| h["text"] != "Mitochondria make most of the cell's ATP.")),
+        "the old chunk is gone: {old}"
+    );
+    // The answer cached before the change is not served after it.
+    let after = b.chat(ask("What makes the cell's ATP?")).await;
+    assert_eq!(after["cached"], false, "{after}");
+
+    // A removes the collection: B's indexes go with it.
+    let r = a
+        .http
+        .delete(a.url("/v1/collections/papers"))
+        .send()
+        .await
+        .expect("delete");
+    assert_eq!(r.status(), 200);
+    until(b, "ATP", "404 after the drop", |s, _| s == 404).await;
+
+    // B says how far behind it is: nothing now.
+    let ready = b.wait_ready().await;
+    let index = &ready["checks"]["index"];
+    assert_eq!(
+        (index["ok"].as_bool(), index["behind"].as_i64()),
+        (Some(true), Some(0)),
+        "{ready}"
+    );
+    assert!(index["applied"].as_i64().unwrap_or(0) >= 6, "{ready}");
+    let metrics = b.get("/metrics").await.text().await.expect("metrics");
+    assert!(
+        metrics.lines().any(|l| l == "ragtime_index_lag_entries 0"),
+        "{metrics}"
+    );
+}
