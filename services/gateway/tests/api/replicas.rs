@@ -85,6 +85,7 @@ async fn follows(a: &TestApp, b: &TestApp) {
     );
 
     // A new document, a replacement and a delete, all on A.
+    let acked = Instant::now();
     a.ingest(json!({"collection": "papers", "documents": [
         doc("golgi", "The Golgi apparatus packages proteins into vesicles."),
         doc("mito", "Mitochondria oxidise NADH to make ATP."),
@@ -98,6 +99,10 @@ async fn follows(a: &TestApp, b: &TestApp) {
         .expect("delete");
     assert_eq!(r.status(), 200);
     until(b, "vesicles", "found golgi", |_, v| ids(v) == ["golgi"]).await;
+    eprintln!(
+        "replica b served a's new document {} ms after a was asked",
+        acked.elapsed().as_millis()
+    );
     until(b, "NADH", "served the new mito", |_, v| {
         v["results"][0]["text"] == "Mitochondria oxidise NADH to make ATP."
     })
