@@ -12,4 +12,7 @@ pub enum StageError {
     /// The backend (model, index, LLM server) failed.
     #[error("{0}")]
     Backend(String),
+    /// The stage's queue is full: try again shortly.
+    #[error("busy: {0}")]
+    Busy(String),
 }

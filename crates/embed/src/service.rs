@@ -28,6 +28,10 @@ pub struct ServiceOptions {
     /// Cached query embeddings, at most.
     pub cache_entries: u64,
     pub cache_ttl: Duration,
+    /// Texts the bulk queue (ingestion) may hold; a bulk job that would
+    /// pass it while others wait is refused (`StageError::Busy`). A job
+    /// alone in the queue is always taken, whatever its size.
+    pub max_bulk_texts: usize,
 }
 
 impl Default for ServiceOptions {
@@ -38,6 +42,7 @@ impl Default for ServiceOptions {
             max_wait: Duration::ZERO,
             cache_entries: 100_000,
             cache_ttl: Duration::from_secs(3600),
+            max_bulk_texts: 50_000,
         }
     }
 }
@@ -106,6 +111,7 @@ pub struct EmbedService {
     workers: Vec<std::thread::JoinHandle<()>>,
     runs: Arc<AtomicU64>,
     max_batch: usize,
+    max_bulk_texts: usize,
 }
 
 fn lock(m: &Mutex<Queues>) -> std::sync::MutexGuard<'_, Queues> {
@@ -139,6 +145,7 @@ impl EmbedService {
             workers,
             runs,
             max_batch: opts.max_batch.max(1),
+            max_bulk_texts: opts.max_bulk_texts,
         }
     }
 
@@ -200,6 +207,12 @@ impl EmbedService {
                 return Err(StageError::Backend("embedding service stopped".into()));
             }
             if job.texts.len() > self.max_batch {
+                let queued: usize = q.bulk.iter().map(|b| b.order.len() - b.done.len()).sum();
+                if queued > 0 && queued + job.texts.len() > self.max_bulk_texts {
+                    return Err(StageError::Busy(format!(
+                        "{queued} texts are waiting to be embedded"
+                    )));
+                }
                 q.bulk.push_back(BulkJob::new(job));
             } else {
                 q.interactive.push_back(job);

@@ -577,3 +577,35 @@ fn prepared_files_give_the_vectors_of_graphs_prepared_in_memory() {
         assert_eq!(a, b, "{kind:?}");
     }
 }
+
+/// Ingestion's queue is bounded: a bulk job that would take it past
+/// `max_bulk_texts` while another waits is refused (`Busy`, a 503 with
+/// `Retry-After` at the API), and taken once the queue has drained; a job
+/// alone in the queue is taken whatever its size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bulk_queue_is_bounded_and_pushes_back() {
+    let svc = EmbedService::new(
+        load(),
+        ServiceOptions {
+            max_batch: 4,
+            max_bulk_texts: 10,
+            ..ServiceOptions::default()
+        },
+    );
+    let texts = |n: usize, tag: &str| -> Vec<String> {
+        (0..n)
+            .map(|i| format!("{tag} passage {i} about membranes and proteins"))
+            .collect()
+    };
+    let (first, second) = tokio::join!(
+        svc.embed_passages(texts(40, "first"), Cancel::new()),
+        async {
+            tokio::task::yield_now().await;
+            svc.embed_passages(texts(8, "second"), Cancel::new()).await
+        }
+    );
+    assert_eq!(first.expect("alone, taken whatever its size").len(), 40);
+    assert!(matches!(second, Err(StageError::Busy(_))), "{second:?}");
+    let again = svc.embed_passages(texts(8, "second"), Cancel::new()).await;
+    assert_eq!(again.expect("taken once drained").len(), 8);
+}

@@ -157,6 +157,15 @@ pub struct CollectionInfo {
     pub index_bytes: Option<usize>,
 }
 
+/// Cancels its work when dropped.
+struct CancelOnDrop(Cancel);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
 /// Stored chunks as an index takes them.
 fn index_items(chunks: Vec<IndexChunk>) -> Vec<(Chunk, Vec<f32>)> {
     chunks
@@ -674,9 +683,13 @@ impl Corpus {
                     .map(|c| embed_text(&p.doc.title, p.doc.section_at(c.anchor), &c.text))
             })
             .collect();
+        // Dropped with this future (the client went away): the embedding
+        // workers stop at their next batch instead of finishing it.
+        let cancel = Cancel::new();
+        let _stop = CancelOnDrop(cancel.clone());
         let mut vectors = self
             .embedder
-            .embed_passages(texts, Cancel::new())
+            .embed_passages(texts, cancel)
             .await
             .map_err(CorpusError::Embed)?
             .into_iter();

@@ -62,6 +62,13 @@ pub enum PipelineError {
     /// `retry_after`.
     #[error("every llm backend is at its queue limit")]
     Overloaded { retry_after: std::time::Duration },
+    /// A queue the request needs is full (`what` says which); try again
+    /// after about `retry_after`.
+    #[error("{what} is full")]
+    Busy {
+        what: &'static str,
+        retry_after: std::time::Duration,
+    },
     /// A write that would take the tenant past one of its quotas
     /// (`limit` is `max_collections`, `max_documents` or `max_chunks`).
     #[error("over the {limit} quota of {value}")]

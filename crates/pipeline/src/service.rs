@@ -18,7 +18,7 @@ use crate::rerank::RerankParams;
 use crate::search::{self, Mode, SearchDeps, SearchOutcome, SearchRequest};
 use ragtime_core::{
     BudgetReport, Filter, Message, Outcome, Reranker, ResponseCache, Retriever, Scope, Stage,
-    Tenant,
+    StageError, Tenant,
 };
 use ragtime_store::{Created, Dropped, StoreError};
 use ragtime_telemetry::metrics::Metrics;
@@ -220,6 +220,10 @@ impl Pipeline {
             CorpusError::Store(StoreError::QuotaExceeded { limit, value }) => {
                 PipelineError::QuotaExceeded { limit, value }
             }
+            CorpusError::Embed(StageError::Busy(_)) => PipelineError::Busy {
+                what: "the embedding queue",
+                retry_after: Duration::from_secs(5),
+            },
             other => PipelineError::Internal(other.to_string()),
         }
     }

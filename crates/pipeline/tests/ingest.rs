@@ -17,6 +17,11 @@ fn cache() -> PathBuf {
 }
 
 async fn rag() -> (Rag, tempfile::TempDir) {
+    let (rag, dir, _) = rag_with_service().await;
+    (rag, dir)
+}
+
+async fn rag_with_service() -> (Rag, tempfile::TempDir, Arc<EmbedService>) {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Store::open(&Store::sqlite_url(dir.path()))
         .await
@@ -37,8 +42,8 @@ async fn rag() -> (Rag, tempfile::TempDir) {
         overlap: 8,
     };
     let chunker = model.chunker(params.max_tokens, params.overlap);
-    let svc = EmbedService::new(model, ServiceOptions::default());
-    (Rag::new(store, Arc::new(svc), chunker, params), dir)
+    let svc = Arc::new(EmbedService::new(model, ServiceOptions::default()));
+    (Rag::new(store, svc.clone(), chunker, params), dir, svc)
 }
 
 fn doc(id: &str, text: &str) -> IngestDoc {
@@ -153,4 +158,38 @@ async fn a_retry_of_the_same_content_repairs_a_missing_index_entry() {
         ids.iter().all(|id| index.chunk(*id).is_some()),
         "the index has the document again"
     );
+}
+
+/// An ingest abandoned while its passages are being embedded (the client
+/// went away) stops the embedding at the next batch: the workers are free
+/// for others, and nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_ingest_stops_its_embedding() {
+    let (rag, _dir, svc) = rag_with_service().await;
+    let docs: Vec<IngestDoc> = (0..200)
+        .map(|i| {
+            doc(
+                &format!("d{i}"),
+                &format!("Document {i} is about membranes, proteins and the cells they make up. ")
+                    .repeat(20),
+            )
+        })
+        .collect();
+    let abandoned =
+        tokio::time::timeout(std::time::Duration::from_millis(300), rag.ingest("c", docs)).await;
+    assert!(
+        abandoned.is_err(),
+        "the ingest finished within 300 ms: make it bigger"
+    );
+    // The batch under way when it was dropped may still finish.
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let after_drop = svc.runs();
+    tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
+    assert_eq!(
+        svc.runs(),
+        after_drop,
+        "the workers kept embedding an abandoned ingest"
+    );
+    let coll = rag.store.collection_id("c").await.expect("q").expect("c");
+    assert_eq!(rag.store.get_document(coll, "d0").await.expect("q"), None);
 }

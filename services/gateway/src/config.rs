@@ -267,6 +267,9 @@ pub struct EmbedConfig {
     /// Query-embedding cache bounds.
     pub cache_entries: u64,
     pub cache_ttl_s: u64,
+    /// Passage texts ingestion may queue for embedding; an ingest that
+    /// would pass it while others wait answers 503 with `Retry-After`.
+    pub max_queued_texts: usize,
     /// Embed passages at ingestion with int8 matrix products: about twice
     /// the ingest throughput, at a cosine of ≈ 0.995 to fp32 and no
     /// measurable change in retrieval quality. Queries always use fp32.
@@ -502,6 +505,7 @@ impl Default for EmbedConfig {
             batch_wait_us: 0,
             cache_entries: 100_000,
             cache_ttl_s: 3600,
+            max_queued_texts: 50_000,
             passage_int8: true,
         }
     }

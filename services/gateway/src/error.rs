@@ -151,6 +151,11 @@ impl From<PipelineError> for ApiError {
                 "every llm backend is at its queue limit: try again shortly",
             )
             .retry_after(retry_after.as_secs_f64().ceil().max(1.0) as u64),
+            PipelineError::Busy { what, retry_after } => ApiError::new(
+                ErrorCode::Overloaded,
+                format!("{what} is full: try again shortly"),
+            )
+            .retry_after(retry_after.as_secs().max(1)),
             PipelineError::QuotaExceeded { limit, value } => {
                 let mut e = ApiError::new(
                     ErrorCode::QuotaExceeded,

@@ -80,6 +80,7 @@ pub async fn onnx_embedder(config: &Config) -> Result<(Arc<EmbedService>, Chunke
             max_wait: Duration::from_micros(e.batch_wait_us),
             cache_entries: e.cache_entries,
             cache_ttl: Duration::from_secs(e.cache_ttl_s),
+            max_bulk_texts: e.max_queued_texts,
         },
     );
     Ok((Arc::new(service), chunker))
