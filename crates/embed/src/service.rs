@@ -90,6 +90,9 @@ impl BulkJob {
 struct Queues {
     interactive: VecDeque<Job>,
     bulk: VecDeque<BulkJob>,
+    /// Texts left of the bulk job a worker holds now (out of `bulk` while
+    /// its batch runs, still queued work).
+    bulk_held: usize,
     closed: bool,
 }
 
@@ -207,7 +210,11 @@ impl EmbedService {
                 return Err(StageError::Backend("embedding service stopped".into()));
             }
             if job.texts.len() > self.max_batch {
-                let queued: usize = q.bulk.iter().map(|b| b.order.len() - b.done.len()).sum();
+                let queued: usize = q.bulk_held
+                    + q.bulk
+                        .iter()
+                        .map(|b| b.order.len() - b.done.len())
+                        .sum::<usize>();
                 if queued > 0 && queued + job.texts.len() > self.max_bulk_texts {
                     return Err(StageError::Busy(format!(
                         "{queued} texts are waiting to be embedded"
@@ -289,7 +296,8 @@ impl Drop for EmbedService {
 
 enum Work {
     Interactive(Vec<Job>),
-    Bulk(BulkJob),
+    /// A bulk job and the texts it had left when taken.
+    Bulk(BulkJob, usize),
 }
 
 /// Takes interactive jobs first (merged with queued jobs of the same kind
@@ -326,7 +334,9 @@ fn next_work(shared: &Shared, opts: &ServiceOptions) -> Option<Work> {
             return Some(Work::Interactive(jobs));
         }
         if let Some(b) = q.bulk.pop_front() {
-            return Some(Work::Bulk(b));
+            let held = b.order.len() - b.done.len();
+            q.bulk_held += held;
+            return Some(Work::Bulk(b, held));
         }
         if q.closed {
             return None;
@@ -365,8 +375,21 @@ fn worker(shared: &Shared, model: &OnnxEmbedder, opts: ServiceOptions, runs: &At
                     }
                 }
             }
-            Work::Bulk(mut b) => {
+            Work::Bulk(mut b, held) => {
+                // Gives the job back to the queue (or lets it go) and what
+                // it held with it, in one step.
+                let release = |back: Option<BulkJob>| {
+                    let mut q = lock(&shared.queues);
+                    q.bulk_held -= held;
+                    if let Some(b) = back {
+                        // Back to the front: it resumes after any interactive work.
+                        q.bulk.push_front(b);
+                        drop(q);
+                        shared.ready.notify_one();
+                    }
+                };
                 if b.job.cancel.is_cancelled() {
+                    release(None);
                     let _ = b.job.reply.send(Err(StageError::Cancelled));
                     continue;
                 }
@@ -380,17 +403,17 @@ fn worker(shared: &Shared, model: &OnnxEmbedder, opts: ServiceOptions, runs: &At
                 match model.embed_kind(&batch, &b.job.cancel, b.job.kind) {
                     Ok(vs) => b.done.extend(vs),
                     Err(e) => {
+                        release(None);
                         let _ = b.job.reply.send(Err(e));
                         continue;
                     }
                 }
                 if b.done.len() == b.order.len() {
+                    release(None);
                     let reply = std::mem::replace(&mut b.job.reply, oneshot::channel().0);
                     let _ = reply.send(Ok(b.finish()));
                 } else {
-                    // Back to the front: it resumes after any interactive work.
-                    lock(&shared.queues).bulk.push_front(b);
-                    shared.ready.notify_one();
+                    release(Some(b));
                 }
             }
         }

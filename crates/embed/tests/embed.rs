@@ -599,10 +599,8 @@ async fn the_bulk_queue_is_bounded_and_pushes_back() {
     };
     let (first, second) = tokio::join!(
         svc.embed_passages(texts(40, "first"), Cancel::new()),
-        async {
-            tokio::task::yield_now().await;
-            svc.embed_passages(texts(8, "second"), Cancel::new()).await
-        }
+        // Submitted in the same poll, while the first waits or runs.
+        svc.embed_passages(texts(8, "second"), Cancel::new())
     );
     assert_eq!(first.expect("alone, taken whatever its size").len(), 40);
     assert!(matches!(second, Err(StageError::Busy(_))), "{second:?}");
