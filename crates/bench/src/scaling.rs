@@ -11,11 +11,10 @@
 use crate::env_usize;
 use crate::load::FakeBackend;
 use crate::stats::Rng;
-use crate::tracing_cost::{Proc, free_port, ragtime_bin};
+use crate::tracing_cost::{Proc, run_ragtime};
 use ragtime_store::{NewChunk, NewDocument, Store};
 use serde_json::json;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const DIM: usize = 384;
@@ -66,37 +65,8 @@ async fn start(
     preload: usize,
     http: &reqwest::Client,
 ) -> (Proc, Duration) {
-    let port = free_port();
-    let t = Instant::now();
-    let child = Command::new(ragtime_bin())
-        .arg("serve")
-        .env("RAGTIME__SERVER__ADDR", format!("127.0.0.1:{port}"))
-        .env("RAGTIME__DATA_DIR", data)
-        .env("RAGTIME__LLM__BASE_URL", llm)
-        .env("RAGTIME__LIMITS__PRELOAD_COLLECTIONS", preload.to_string())
-        .env("RUST_LOG", "warn")
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start ragtime");
-    let p = Proc {
-        name,
-        child,
-        base: format!("http://127.0.0.1:{port}"),
-    };
-    loop {
-        if let Ok(r) = http.get(format!("{}/readyz", p.base)).send().await
-            && r.status() == 200
-        {
-            return (p, t.elapsed());
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(600),
-            "{name} never became ready"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let env = [("RAGTIME__LIMITS__PRELOAD_COLLECTIONS", preload.to_string())];
+    run_ragtime(name, data, llm, &env, http).await
 }
 
 async fn search(http: &reqwest::Client, base: &str, collection: &str) -> serde_json::Value {

@@ -66,6 +66,48 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+/// `ragtime serve` on `data` with the fake backend at `llm`, logs at WARN
+/// and no span export unless `env` (set last) says otherwise; waits until it
+/// is ready and says how long that took.
+pub(crate) async fn run_ragtime(
+    name: &'static str,
+    data: &Path,
+    llm: &str,
+    env: &[(&str, String)],
+    http: &reqwest::Client,
+) -> (Proc, Duration) {
+    let port = free_port();
+    let t = Instant::now();
+    let mut cmd = Command::new(ragtime_bin());
+    cmd.arg("serve")
+        .env("RAGTIME__SERVER__ADDR", format!("127.0.0.1:{port}"))
+        .env("RAGTIME__DATA_DIR", data)
+        .env("RAGTIME__LLM__BASE_URL", llm)
+        .env("RUST_LOG", "warn")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let child = cmd.spawn().expect("start ragtime");
+    let p = Proc {
+        name,
+        child,
+        base: format!("http://127.0.0.1:{port}"),
+    };
+    loop {
+        if let Ok(r) = http.get(format!("{}/readyz", p.base)).send().await
+            && r.status() == 200
+        {
+            return (p, t.elapsed());
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(600),
+            "{name} never became ready"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 async fn start(
     name: &'static str,
     data: &Path,
@@ -73,42 +115,16 @@ async fn start(
     otlp: Option<(&str, f64)>,
     http: &reqwest::Client,
 ) -> Proc {
-    let port = free_port();
-    let mut cmd = Command::new(ragtime_bin());
-    cmd.arg("serve")
-        .env("RAGTIME__SERVER__ADDR", format!("127.0.0.1:{port}"))
-        .env("RAGTIME__DATA_DIR", data)
-        .env("RAGTIME__LLM__BASE_URL", llm)
-        .env("RAGTIME__CACHE__ENABLED", "false")
-        .env("RAGTIME__TELEMETRY__LOG_FORMAT", "json")
-        .env("RUST_LOG", "warn")
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+    let mut env = vec![
+        ("RAGTIME__CACHE__ENABLED", "false".to_owned()),
+        ("RAGTIME__TELEMETRY__LOG_FORMAT", "json".to_owned()),
+    ];
     if let Some((endpoint, ratio)) = otlp {
-        cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
-            .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
-            .env("RAGTIME__TELEMETRY__SAMPLE_RATIO", ratio.to_string());
+        env.push(("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.to_owned()));
+        env.push(("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf".to_owned()));
+        env.push(("RAGTIME__TELEMETRY__SAMPLE_RATIO", ratio.to_string()));
     }
-    let child = cmd.spawn().expect("start ragtime");
-    let p = Proc {
-        name,
-        child,
-        base: format!("http://127.0.0.1:{port}"),
-    };
-    let t = Instant::now();
-    loop {
-        if let Ok(r) = http.get(format!("{}/readyz", p.base)).send().await
-            && r.status() == 200
-        {
-            return p;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(300),
-            "{name} never became ready"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    run_ragtime(name, data, llm, &env, http).await.0
 }
 
 /// A collector that accepts every OTLP/HTTP batch and keeps nothing (an

@@ -298,27 +298,24 @@ impl Corpus {
         self
     }
 
-    /// The quotas `tenant` writes under: its own where the admin set them,
-    /// the configured ones otherwise.
-    pub async fn quotas_of(&self, tenant: &Tenant) -> Result<Quotas, CorpusError> {
-        let own = self
-            .store
-            .tenant_quota(tenant.name())
-            .await?
-            .unwrap_or_default();
-        let d = self.quotas;
-        Ok(Quotas {
-            max_collections: own.max_collections.unwrap_or(d.max_collections),
-            max_documents: own.max_documents.unwrap_or(d.max_documents),
-            max_chunks: own.max_chunks.unwrap_or(d.max_chunks),
-        })
+    /// The quotas `tenant` writes under — its own where the admin set them,
+    /// the configured ones otherwise — and whether it has its own.
+    pub async fn quotas_of(&self, tenant: &Tenant) -> Result<(Quotas, bool), CorpusError> {
+        let own = self.store.tenant_quota(tenant.name()).await?;
+        let (o, d) = (own.unwrap_or_default(), self.quotas);
+        let quotas = Quotas {
+            max_collections: o.max_collections.unwrap_or(d.max_collections),
+            max_documents: o.max_documents.unwrap_or(d.max_documents),
+            max_chunks: o.max_chunks.unwrap_or(d.max_chunks),
+        };
+        Ok((quotas, own.is_some()))
     }
 
     /// The owner prefix and quotas a write to stored collection `name` runs
     /// under.
     async fn limits_of(&self, name: &str) -> Result<(String, Quotas), CorpusError> {
         let (tenant, _) = Tenant::of_collection(name);
-        Ok((tenant.collection_prefix(), self.quotas_of(&tenant).await?))
+        Ok((tenant.collection_prefix(), self.quotas_of(&tenant).await?.0))
     }
 
     /// The corpus version the indexes reflect; it changes with every
@@ -436,6 +433,28 @@ impl Corpus {
             self.advance(d.version);
         }
         Ok(dropped)
+    }
+
+    /// What every collection holds together, how many are loaded and the
+    /// memory their indexes take (from the stored counts and the loaded
+    /// indexes, without listing collections).
+    pub async fn totals(&self) -> Result<(ragtime_store::Usage, usize, usize), CorpusError> {
+        let usage = self.store.total_usage().await?;
+        let loaded = self.indexes.loaded();
+        let bytes = loaded.iter().map(|(_, i)| i.memory_bytes()).sum();
+        Ok((usage, loaded.len(), bytes))
+    }
+
+    /// One collection by its stored name, with its index memory.
+    pub async fn collection_info(&self, name: &str) -> Result<Option<CollectionInfo>, CorpusError> {
+        Ok(self
+            .store
+            .collection(name)
+            .await?
+            .map(|record| CollectionInfo {
+                index_bytes: self.indexes.get(name).map(|i| i.memory_bytes()),
+                record,
+            }))
     }
 
     /// An owner's collections (every one for `None`) with their index memory.

@@ -276,8 +276,25 @@ impl Pipeline {
         Ok(all)
     }
 
-    /// The quotas `tenant` writes under.
-    pub async fn quotas(&self, tenant: &Tenant) -> Result<Quotas, PipelineError> {
+    /// One collection of `tenant` (named as the tenant names it).
+    pub async fn collection(
+        &self,
+        tenant: &Tenant,
+        name: &str,
+    ) -> Result<Option<CollectionInfo>, PipelineError> {
+        let info = self
+            .corpus
+            .collection_info(&tenant.collection(name))
+            .await
+            .map_err(|e| PipelineError::Internal(e.to_string()))?;
+        Ok(info.map(|mut c| {
+            name.clone_into(&mut c.record.name);
+            c
+        }))
+    }
+
+    /// The quotas `tenant` writes under, and whether they are its own.
+    pub async fn quotas(&self, tenant: &Tenant) -> Result<(Quotas, bool), PipelineError> {
         self.corpus
             .quotas_of(tenant)
             .await

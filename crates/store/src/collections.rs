@@ -114,11 +114,12 @@ fn record(r: Row) -> CollectionRecord {
     }
 }
 
+/// What collections hold together (one row), before any `WHERE`.
+const USAGE_SELECT: &str = "SELECT COUNT(*), CAST(COALESCE(SUM(documents), 0) AS BIGINT), CAST(COALESCE(SUM(chunks), 0) AS BIGINT) FROM collections";
+
 /// `SELECT` of an owner's usage (one row).
 pub(crate) fn usage_query() -> String {
-    format!(
-        "SELECT COUNT(*), CAST(COALESCE(SUM(documents), 0) AS BIGINT), CAST(COALESCE(SUM(chunks), 0) AS BIGINT) FROM collections WHERE {OWNED}"
-    )
+    format!("{USAGE_SELECT} WHERE {OWNED}")
 }
 
 pub(crate) fn usage_of(row: (i64, i64, i64)) -> Usage {
@@ -208,6 +209,12 @@ impl Store {
     pub async fn usage(&self, owner: &str) -> Result<Usage, StoreError> {
         let q = usage_query();
         let row = on_pool!(self, p => sqlx::query_as(&q).bind(owner).fetch_one(p).await?);
+        Ok(usage_of(row))
+    }
+
+    /// What every tenant's collections hold together.
+    pub async fn total_usage(&self) -> Result<Usage, StoreError> {
+        let row = on_pool!(self, p => sqlx::query_as(USAGE_SELECT).fetch_one(p).await?);
         Ok(usage_of(row))
     }
 

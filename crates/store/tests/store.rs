@@ -468,6 +468,17 @@ async fn exercise_collections(store: &Store) {
         }
     );
 
+    // Every tenant's together: the same as adding up the list.
+    let all = store.list_collections(None).await.expect("all");
+    let total = store.total_usage().await.expect("total");
+    assert_eq!(
+        (total.collections, total.documents, total.chunks),
+        (
+            all.len() as i64,
+            all.iter().map(|c| c.documents).sum(),
+            all.iter().map(|c| c.chunks).sum()
+        )
+    );
     assert_eq!(store.tenant_quota("a_b").await.expect("none"), None);
     let q = TenantQuota {
         max_collections: None,

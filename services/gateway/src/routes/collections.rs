@@ -101,7 +101,7 @@ pub async fn list(
 ) -> Result<Json<CollectionsOut>, ApiError> {
     let p = state.pipeline()?;
     let all = p.collections(Some(&tenant)).await?;
-    let quota = quota_out(p.quotas(&tenant).await?, &all);
+    let quota = quota_out(p.quotas(&tenant).await?.0, &all);
     Ok(Json(CollectionsOut {
         collections: all.into_iter().map(CollectionOut::from).collect(),
         quota,
@@ -113,11 +113,8 @@ async fn one(
     tenant: &ragtime_core::Tenant,
     name: &str,
 ) -> Result<CollectionOut, ApiError> {
-    let all = state.pipeline()?.collections(Some(tenant)).await?;
-    all.into_iter()
-        .find(|c| c.record.name == name)
-        .map(CollectionOut::from)
-        .ok_or_else(|| unknown(name))
+    let one = state.pipeline()?.collection(tenant, name).await?;
+    one.map(CollectionOut::from).ok_or_else(|| unknown(name))
 }
 
 fn unknown(name: &str) -> ApiError {

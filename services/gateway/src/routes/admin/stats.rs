@@ -27,7 +27,7 @@ pub struct StatsOut {
 
 #[derive(Serialize)]
 struct CollectionsOut {
-    count: usize,
+    count: i64,
     /// Collections whose indexes are in memory now.
     loaded: usize,
     documents: i64,
@@ -126,16 +126,16 @@ pub async fn stats(
         temperature: a.temperature,
         max_tokens: a.max_tokens,
     };
-    let all = match state.loaded() {
-        Some(p) => p.collections(None).await?,
-        None => Vec::new(),
+    let (usage, loaded, index_bytes) = match state.loaded() {
+        Some(p) => p.corpus.totals().await.map_err(ApiError::internal)?,
+        None => Default::default(),
     };
     let collections = CollectionsOut {
-        count: all.len(),
-        loaded: all.iter().filter(|c| c.index_bytes.is_some()).count(),
-        documents: all.iter().map(|c| c.record.documents).sum(),
-        chunks: all.iter().map(|c| c.record.chunks).sum(),
-        index_bytes: all.iter().filter_map(|c| c.index_bytes).sum(),
+        count: usage.collections,
+        loaded,
+        documents: usage.documents,
+        chunks: usage.chunks,
+        index_bytes,
     };
     Ok(Json(StatsOut {
         llm,

@@ -189,10 +189,9 @@ async fn quotas_doc(state: &AppState, tenant: String) -> Result<TenantQuotas, Ap
     let p = state.pipeline()?;
     let t = ragtime_core::Tenant(tenant.clone());
     let all = p.collections(Some(&t)).await?;
-    let q = p.quotas(&t).await?;
-    let own = state.store.tenant_quota(&tenant).await;
+    let (q, own) = p.quotas(&t).await?;
     Ok(TenantQuotas {
-        own: own.map_err(ApiError::internal)?.is_some(),
+        own,
         quota: crate::routes::collections::quota_out(q, &all),
         tenant,
     })
