@@ -9,6 +9,7 @@
 #   needs_openai_client  the official openai Python client (installed here)
 #   needs_chromium       Debian's chromium + playwright-core (installed here)
 #   needs_phoenix        Arize Phoenix, a trace store (pinned, installed here)
+#   needs_kubectl        kubectl 1.21 or later: its kustomize renders deploy/k8s
 #
 # With RAGTIME_TEST_REQUIRE_ALL=1 (CI), a missing group fails the run.
 set -euo pipefail
@@ -96,6 +97,19 @@ if command -v chromium >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
   fi
 fi
 
+# kubectl for the Kubernetes manifests' test (deploy/k8s): 1.21 or later,
+# whose built-in kustomize (v4+) renders overlays. Not installed here:
+# Debian bookworm's kubernetes-client is 1.20 (kustomize v2), too old.
+if [ -z "${RAGTIME_TEST_KUBECTL:-}" ] && command -v kubectl >/dev/null 2>&1; then
+  kminor=$(kubectl version --client -o json 2>/dev/null \
+    | sed -n 's/^ *"minor": *"\([0-9]*\).*/\1/p' | head -n1) || kminor=
+  if [ "${kminor:-0}" -ge 21 ] 2>/dev/null; then
+    export RAGTIME_TEST_KUBECTL="$(command -v kubectl)"
+  else
+    echo "test: kubectl ${kminor:+1.$kminor }is too old for deploy/k8s (needs 1.21 or later)" >&2
+  fi
+fi
+
 skip=()
 missing=()
 group() { # name, description, set?
@@ -116,6 +130,8 @@ group schemathesis "schemathesis (pip could not install it)" \
   "$([ -n "${RAGTIME_TEST_SCHEMATHESIS_PYTHONPATH:-}" ] && echo 1)"
 group chromium "chromium and npm (install them, or run as root with apt-get)" \
   "$([ -n "${RAGTIME_TEST_NODE_PATH:-}" ] && echo 1)"
+group kubectl "kubectl 1.21 or later (its kustomize renders deploy/k8s; Debian bookworm's kubernetes-client is too old)" \
+  "$([ -n "${RAGTIME_TEST_KUBECTL:-}" ] && echo 1)"
 
 status=0
 cargo test --workspace --locked "$@" -- --include-ignored "${skip[@]}" || status=$?

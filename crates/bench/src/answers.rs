@@ -210,7 +210,17 @@ pub async fn answers() {
         questions.len()
     );
 
-    let server = Server::start(|_| {}).await;
+    // `BENCH_LEXICAL=chunks|documents`: what BM25 ranks documents by
+    // (default `auto`, as the service).
+    let server = Server::start(|c| {
+        use ragtime_gateway::config::Lexical;
+        match std::env::var("BENCH_LEXICAL").as_deref() {
+            Ok("chunks") => c.chunking.lexical = Lexical::Chunks,
+            Ok("documents") => c.chunking.lexical = Lexical::Documents,
+            _ => {}
+        }
+    })
+    .await;
     let http = reqwest::Client::new();
     let t = Instant::now();
     for batch in pages.chunks(10) {

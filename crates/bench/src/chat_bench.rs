@@ -76,7 +76,7 @@ pub async fn chat_bench(rag: &Rag, data: &SciFact) {
     let backends = Backends::new(vec![backend.clone()], HedgePolicy::default());
     let levels = Levels(Vec::new());
     let answers: SemanticCache<CachedAnswer> = SemanticCache::new(CacheOptions::default());
-    let retriever = IndexRetriever(index);
+    let retriever = IndexRetriever(index, ragtime_retrieve::LexicalUnit::Documents);
     let deps = ChatDeps {
         embedder: rag.svc.as_ref(),
         retriever: &retriever,

@@ -17,6 +17,22 @@
 //!   memory per empty collection and per 10k chunks (see `scaling`; not
 //!   part of `all`).
 //!
+//! - `flood`: a gzip bomb, an oversized PDF and a flood of concurrent
+//!   ingests against `ragtime serve`: the answers and peak RSS (not part
+//!   of `all`).
+//!
+//! - `follow`: a replica's lag behind another ingesting SciFact, on one
+//!   PostgreSQL database, and its search latency meanwhile (not part of
+//!   `all`).
+//!
+//! - `startup`: time to ready, RSS and a first search with one collection
+//!   of 100k and of 1M chunks (`BENCH_STARTUP_CHUNKS`; not part of `all`).
+//!
+//! - `fusion`: the rankings' fusion and the document index's title boost
+//!   chosen on the train queries (see `fusion_bench`; not part of `all`).
+//! - `BENCH_STORE=dir` keeps the ingested SciFact store in `dir` and reuses
+//!   it on the next run (`scifact`, `fusion`, `rerank` without re-embedding).
+//!
 //! - `scifact`: ingests the BEIR SciFact corpus (`../shared/data/scifact`,
 //!   or `RAGTIME_SCIFACT`), reports ingest throughput, and nDCG@10 on the
 //!   train queries for lexical, dense and hybrid search (chunks aggregated
@@ -29,6 +45,9 @@ mod answers;
 mod cache_bench;
 mod chat_bench;
 mod data;
+mod flood;
+mod follow_bench;
+mod fusion_bench;
 mod load;
 mod rerank_bench;
 mod scaling;
@@ -108,6 +127,18 @@ async fn main() {
         scaling::scaling().await;
         return;
     }
+    if what == "flood" {
+        flood::flood().await;
+        return;
+    }
+    if what == "follow" {
+        follow_bench::follow().await;
+        return;
+    }
+    if what == "startup" {
+        scaling::startup().await;
+        return;
+    }
     if what == "answers" {
         answers::answers().await;
         return;
@@ -140,6 +171,9 @@ async fn main() {
     }
     if what == "scifact" || what == "all" {
         scifact_quality(&rag, &data).await;
+    }
+    if what == "fusion" {
+        fusion_bench::fusion(&rag, &data).await;
     }
     if what == "vectors" || what == "all" {
         vectors(&rag, &data).await;
@@ -226,7 +260,7 @@ pub async fn search(
     index: &Arc<CollectionIndex>,
     req: &SearchRequest,
 ) -> SearchOutcome {
-    let retriever = IndexRetriever(index.clone());
+    let retriever = IndexRetriever(index.clone(), lexical_unit());
     let deps = SearchDeps {
         embedder: svc.as_ref(),
         retriever: &retriever,
@@ -235,12 +269,24 @@ pub async fn search(
     search::run(budget, &deps, req).await
 }
 
+/// `BENCH_LEXICAL=chunks|documents` picks what BM25 ranks documents by
+/// (default: `auto`, as the service).
+fn lexical_unit() -> ragtime_retrieve::LexicalUnit {
+    match std::env::var("BENCH_LEXICAL").as_deref() {
+        Ok("chunks") => ragtime_retrieve::LexicalUnit::Chunks,
+        Ok("documents") => ragtime_retrieve::LexicalUnit::Documents,
+        _ => ragtime_retrieve::LexicalUnit::Auto,
+    }
+}
+
 /// A fresh engine on a temporary SQLite store.
 async fn new_rag() -> (Rag, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = Store::open(&Store::sqlite_url(dir.path()))
-        .await
-        .expect("store");
+    let path = std::env::var_os("BENCH_STORE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| dir.path().to_owned());
+    std::fs::create_dir_all(&path).expect("BENCH_STORE");
+    let store = Store::open(&Store::sqlite_url(&path)).await.expect("store");
     let threads = env_usize("BENCH_THREADS", 2);
     let workers = env_usize("BENCH_WORKERS", 1);
     let (max_tokens, overlap) = (
@@ -270,6 +316,14 @@ async fn new_rag() -> (Rag, tempfile::TempDir) {
 
 async fn ingest_scifact(data: &SciFact) -> (Rag, tempfile::TempDir) {
     let (rag, dir) = new_rag().await;
+    let kept = std::env::var_os("BENCH_STORE").map(|d| PathBuf::from(d).join("scifact.ingested"));
+    if let Some(marker) = kept.as_ref().filter(|m| m.exists()) {
+        println!(
+            "\n## ingest: reusing the store at {}",
+            marker.with_file_name("").display()
+        );
+        return (rag, dir);
+    }
     let threads = env_usize("BENCH_THREADS", 2);
     let workers = env_usize("BENCH_WORKERS", 1);
     let (max_tokens, overlap) = (
@@ -303,6 +357,9 @@ async fn ingest_scifact(data: &SciFact) -> (Rag, tempfile::TempDir) {
         chunks as f64 / secs,
         docs.len() as f64 / secs
     );
+    if let Some(marker) = kept {
+        std::fs::write(marker, docs.len().to_string()).expect("marker");
+    }
     (rag, dir)
 }
 
@@ -354,9 +411,9 @@ async fn scifact_quality(rag: &Rag, data: &SciFact) {
     println!("| mode | nDCG@10 | recall@100 | none found | p50 ms | p99 ms |");
     println!("|---|---:|---:|---:|---:|---:|");
     for (name, mode) in [
-        ("lexical (BM25)", Mode::Lexical),
+        ("lexical (BM25, whole documents)", Mode::Lexical),
         ("dense (MiniLM)", Mode::Dense),
-        ("hybrid (RRF)", Mode::Hybrid),
+        ("hybrid (fused documents)", Mode::Hybrid),
     ] {
         let mut total = 0.0;
         let mut recall = 0.0;

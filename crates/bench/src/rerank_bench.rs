@@ -1,16 +1,18 @@
 //! `ragtime-bench rerank`: the shared cross-encoder (`../shared/models/
 //! ce-minilm-l6`, or `RAGTIME_RERANK_DIR`) on SciFact — nDCG@10 of hybrid
-//! search on the train queries with and without reranking, for blend
-//! weights 0 (retrieval order) to 1 (cross-encoder order), and rerank
-//! latency for 10, 20 and 50 candidates, fp32 and int8.
+//! search on the train queries with and without reranking — all of them,
+//! and apart the 109 the cross-encoder was not trained on — by depth (the
+//! documents reranked, each by its best passage) and blend weight (0:
+//! retrieval order, 1: cross-encoder order), and rerank latency for 10 to
+//! 30 documents, int8 and fp32 (`BENCH_RERANK_MODELS`).
 
 use crate::Rag;
-use crate::data::SciFact;
+use crate::data::{SciFact, unseen_by_reranker};
 use crate::stats::{ndcg_at_10, pct};
 use crate::{cache, env_usize, top_chunks};
 use ragtime_core::Cancel;
 use ragtime_core::Passage as SearchHit;
-use ragtime_pipeline::rerank::{blend, passage};
+use ragtime_pipeline::rerank::{blend_documents, documents, passage};
 use ragtime_pipeline::search::Mode;
 use ragtime_rerank::{CrossEncoder, RerankOptions};
 use std::collections::HashSet;
@@ -49,27 +51,32 @@ fn ndcg(hits: &[SearchHit], relevant: &HashSet<String>) -> f64 {
 
 pub async fn rerank(rag: &Rag, data: &SciFact) {
     let index = rag.corpus.collection("scifact").await.expect("collection");
-    let depth = env_usize("BENCH_RERANK_DEPTH", 20);
+    let max_depth = env_usize("BENCH_RERANK_DEPTH", 20);
     let batch = env_usize("BENCH_RERANK_BATCH", 4);
-    // Hybrid candidates for every train query.
+    let unseen = unseen_by_reranker(&data.queries);
+    // Hybrid candidates for every train query, as documents (each with
+    // its passages; the first is what the cross-encoder reads).
     let mut lists = Vec::with_capacity(data.queries.len());
     for (qid, text) in &data.queries {
         let out = top_chunks(rag, &index, text, Mode::Hybrid, 100).await;
-        lists.push((qid.clone(), text.clone(), out.hits));
+        lists.push((qid.clone(), text.clone(), documents(out.hits)));
     }
     let none = HashSet::new();
     let rel = |qid: &str| data.qrels.get(qid).unwrap_or(&none);
-
-    for file in ["model.onnx", "model-int8.onnx"] {
+    let files = std::env::var("BENCH_RERANK_MODELS")
+        .unwrap_or_else(|_| "model-int8.onnx,model.onnx".into());
+    for file in files.split(',') {
         let ce = load(file);
         // Latency of the rerank stage's work: batches of `batch`, best-first.
-        println!("\n## rerank latency ({file}, batches of {batch}, 50 SciFact queries)");
-        println!("| candidates | p50 ms | p95 ms |");
+        println!(
+            "\n## rerank latency ({file}, batches of {batch}, 50 SciFact queries, a document's best passage each)"
+        );
+        println!("| documents | p50 ms | p95 ms |");
         println!("|---:|---:|---:|");
-        for n in [10usize, 20, 50] {
+        for n in [10usize, 15, 20, 30] {
             let mut times = Vec::new();
-            for (_, q, hits) in lists.iter().take(50) {
-                let texts: Vec<String> = hits.iter().take(n).map(passage).collect();
+            for (_, q, groups) in lists.iter().take(50) {
+                let texts: Vec<String> = groups.iter().take(n).map(|g| passage(&g[0])).collect();
                 let t = Instant::now();
                 for b in texts.chunks(batch) {
                     ce.score(q, b, &Cancel::new()).expect("score");
@@ -82,11 +89,19 @@ pub async fn rerank(rag: &Rag, data: &SciFact) {
                 pct(&mut times, 95.0)
             );
         }
-        // Scores for the top `depth` of every query, then every blend weight.
+        if std::env::var("BENCH_RERANK_QUALITY").is_ok_and(|v| v == "0") {
+            continue;
+        }
+        // Scores for the top `max_depth` documents of every query, then
+        // every depth and blend weight.
         let t = Instant::now();
         let mut scores = Vec::with_capacity(lists.len());
-        for (_, q, hits) in &lists {
-            let texts: Vec<String> = hits.iter().take(depth).map(passage).collect();
+        for (_, q, groups) in &lists {
+            let texts: Vec<String> = groups
+                .iter()
+                .take(max_depth)
+                .map(|g| passage(&g[0]))
+                .collect();
             let mut s = Vec::new();
             for b in texts.chunks(16) {
                 s.extend(ce.score(q, b, &Cancel::new()).expect("score"));
@@ -94,24 +109,45 @@ pub async fn rerank(rag: &Rag, data: &SciFact) {
             scores.push(s);
         }
         println!(
-            "\n## nDCG@10 on {} SciFact train queries, hybrid top {depth} reranked ({file}; scored in {:.0} s)",
+            "\n## nDCG@10, hybrid documents reranked ({file}; {} train queries, {} of them unseen by the cross-encoder; scored in {:.0} s)",
             lists.len(),
+            unseen.len(),
             t.elapsed().as_secs_f64()
         );
-        println!("| cross-encoder weight | nDCG@10 |");
-        println!("|---:|---:|");
-        for w in [0.0f32, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0] {
-            let total: f64 = lists
-                .iter()
-                .zip(&scores)
-                .map(|((qid, _, hits), s)| ndcg(&blend(hits.clone(), s, w), rel(qid)))
-                .sum();
-            let label = match w {
-                0.0 => " (no rerank)".to_owned(),
-                1.0 => " (cross-encoder only)".to_owned(),
-                _ => String::new(),
-            };
-            println!("| {w:.1}{label} | {:.4} |", total / lists.len() as f64);
+        println!("| depth (documents) | cross-encoder weight | all | unseen | seen |");
+        println!("|---:|---:|---:|---:|---:|");
+        for depth in [5usize, 10, 15, 20, 30] {
+            if depth > max_depth {
+                continue;
+            }
+            for w in [0.0f32, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0] {
+                if depth != 10 && w == 0.0 {
+                    continue;
+                }
+                let (mut all, mut un, mut seen) = (0.0, 0.0, 0.0);
+                for ((qid, _, groups), s) in lists.iter().zip(&scores) {
+                    let d = depth.min(s.len());
+                    let n = ndcg(&blend_documents(groups.clone(), &s[..d], w), rel(qid));
+                    all += n;
+                    if unseen.contains(qid) {
+                        un += n;
+                    } else {
+                        seen += n;
+                    }
+                }
+                let label = match w {
+                    0.0 => " (no rerank)".to_owned(),
+                    1.0 => " (cross-encoder only)".to_owned(),
+                    _ => String::new(),
+                };
+                let nu = unseen.len() as f64;
+                println!(
+                    "| {depth} | {w:.1}{label} | {:.4} | {:.4} | {:.4} |",
+                    all / lists.len() as f64,
+                    un / nu,
+                    seen / (lists.len() as f64 - nu)
+                );
+            }
         }
     }
 }

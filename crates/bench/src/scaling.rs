@@ -170,7 +170,7 @@ pub async fn scaling() {
             .collect();
         for batch in docs.chunks(100) {
             store
-                .upsert_documents(id, batch, None)
+                .upsert_documents(id, batch, None, None)
                 .await
                 .expect("documents");
         }
@@ -189,4 +189,86 @@ pub async fn scaling() {
         th1 as i64 - th0 as i64,
         rss1 - rss0
     );
+}
+
+/// A data folder holding one collection `big` of `chunks` chunks (ten per
+/// document; random unit vectors), kept under `BENCH_STORE` when set.
+async fn big_store(
+    chunks: usize,
+    rng: &mut Rng,
+) -> (std::path::PathBuf, Option<tempfile::TempDir>) {
+    let (dir, temp) = match std::env::var("BENCH_STORE") {
+        Ok(base) => (Path::new(&base).join(format!("startup-{chunks}")), None),
+        Err(_) => {
+            let t = tempfile::tempdir().expect("tempdir");
+            (t.path().to_owned(), Some(t))
+        }
+    };
+    if dir.join("complete").is_file() {
+        return (dir, temp);
+    }
+    std::fs::create_dir_all(&dir).expect("store folder");
+    let t = Instant::now();
+    let store = Store::open(&Store::sqlite_url(&dir)).await.expect("store");
+    let id = store.ensure_collection("big").await.expect("collection");
+    for start in (0..chunks / 10).step_by(500) {
+        let docs: Vec<NewDocument> = (start..(start + 500).min(chunks / 10))
+            .map(|i| document(format!("b{i}"), 10, rng))
+            .collect();
+        store
+            .upsert_documents(id, &docs, None, None)
+            .await
+            .expect("documents");
+    }
+    store.close().await;
+    std::fs::write(dir.join("complete"), b"").expect("mark");
+    eprintln!(
+        "wrote {chunks} chunks in {:.0} s",
+        t.elapsed().as_secs_f64()
+    );
+    (dir, temp)
+}
+
+/// `ragtime-bench startup`: one collection of 100k and of 1M chunks
+/// (`BENCH_STARTUP_CHUNKS`, comma-separated), each started by `ragtime
+/// serve` (loaded at start, the largest collection being preloaded): time
+/// to ready, RSS and threads once ready, and a search's latency then.
+pub async fn startup() {
+    let sizes: Vec<usize> = std::env::var("BENCH_STARTUP_CHUNKS")
+        .unwrap_or_else(|_| "100000,1000000".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let http = reqwest::Client::new();
+    let llm = FakeBackend::start(0, Duration::ZERO).await;
+    let mut rng = Rng(0xb16);
+    println!("\n## Start-up with one large collection\n");
+    println!(
+        "| chunks | ready in | RSS | RSS per 100k chunks (over the empty process) | threads | first search |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|");
+    let empty = tempfile::tempdir().expect("tempdir");
+    let (p, _) = start("empty", empty.path(), &llm.base_url, 1000, &http).await;
+    let (_, base_rss) = status(p.child.id());
+    drop(p);
+    for chunks in sizes {
+        let (dir, _keep) = big_store(chunks, &mut rng).await;
+        let (p, took) = start("big", &dir, &llm.base_url, 1000, &http).await;
+        let (threads, rss) = status(p.child.id());
+        let t = Instant::now();
+        let first = search(&http, &p.base, "big").await;
+        let searched = t.elapsed();
+        assert!(
+            first["results"].as_array().is_some_and(|r| !r.is_empty()),
+            "{first}"
+        );
+        println!(
+            "| {chunks} | {:.1} s | {rss:.0} MiB | {:.0} MiB | {threads} | {:.1} ms |",
+            took.as_secs_f64(),
+            (rss - base_rss) * 100_000.0 / chunks as f64,
+            searched.as_secs_f64() * 1000.0
+        );
+        drop(p);
+    }
+    println!("\n(the empty process: {base_rss:.0} MiB)");
 }

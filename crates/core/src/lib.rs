@@ -16,10 +16,10 @@ pub use budget::{BudgetReport, Outcome, Stage, StageReport};
 pub use cancel::Cancel;
 pub use error::StageError;
 pub use filter::{Filter, FilterError};
-pub use fusion::reciprocal_rank_fusion;
+pub use fusion::{Fusion, FusionParams, fuse};
 pub use stage::{Embedder, Generator, Reranker, ResponseCache, Retriever, TokenStream};
 pub use tenant::{Tenant, valid_collection, valid_conversation_id, valid_tenant};
 pub use types::{
-    CachedAnswer, Chunk, Citation, GenEvent, GenRequest, Grounding, Hit, IngestDoc, Message,
-    Passage, SECTION_SEP, Scope, Section, Usage, heading_of,
+    CachedAnswer, Chunk, Citation, DocHit, GenEvent, GenRequest, Grounding, Hit, IngestDoc,
+    Message, Passage, SECTION_SEP, Scope, Section, Usage, heading_of,
 };

@@ -5,7 +5,9 @@
 //! either way. Tests drive the pipeline with fakes of these traits on
 //! paused time.
 
-use crate::{CachedAnswer, Cancel, Chunk, Filter, GenEvent, GenRequest, Hit, Scope, StageError};
+use crate::{
+    CachedAnswer, Cancel, Chunk, DocHit, Filter, GenEvent, GenRequest, Hit, Scope, StageError,
+};
 use async_trait::async_trait;
 use futures_core::stream::BoxStream;
 use std::sync::Arc;
@@ -43,14 +45,21 @@ pub trait Retriever: Send + Sync {
         filter: &Filter,
         cancel: Cancel,
     ) -> Result<Vec<Hit>, StageError>;
-    /// The `k` best BM25 matches of `query` among those `filter` allows.
-    async fn lexical(
+    /// The `k` best documents for `query` by BM25 over whole documents
+    /// (title and body as separate fields) among those `filter` allows,
+    /// each with its best chunk and then those of its chunks that match
+    /// the query's words, `per_document` at most, best first: by
+    /// similarity to `vector` and their own BM25 score, or by that score
+    /// alone without a vector.
+    async fn lexical_documents(
         &self,
         query: &str,
         k: usize,
         filter: &Filter,
+        vector: Option<Arc<Vec<f32>>>,
+        per_document: usize,
         cancel: Cancel,
-    ) -> Result<Vec<Hit>, StageError>;
+    ) -> Result<Vec<DocHit>, StageError>;
     /// A chunk by id, while it is indexed.
     fn chunk(&self, id: i64) -> Option<Arc<Chunk>>;
 }

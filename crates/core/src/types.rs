@@ -81,6 +81,15 @@ pub struct Hit {
     pub score: f32,
 }
 
+/// A scored document (the store's id; higher is better) with its chunks,
+/// best first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DocHit {
+    pub document_id: i64,
+    pub score: f32,
+    pub chunks: Vec<Hit>,
+}
+
 /// A retrieved chunk with its score.
 #[derive(Debug, Clone)]
 pub struct Passage {

@@ -6,9 +6,9 @@
 use crate::stages::IndexRetriever;
 use ragtime_core::{Cancel, Chunk, Embedder, Retriever, StageError, Tenant};
 use ragtime_embed::Chunker;
-use ragtime_retrieve::{CollectionIndex, IndexError, Indexes};
+use ragtime_retrieve::{CollectionIndex, IndexError, Indexes, LexicalUnit};
 use ragtime_store::{
-    CollectionRecord, Created, Dropped, IndexChunk, Limits, NewChunk, NewDocument, Store,
+    CollectionRecord, Created, Dropped, IndexChunk, JobStep, Limits, NewChunk, NewDocument, Store,
     StoreError, Upsert, WriteReceipt,
 };
 use serde_json::{Map, Value};
@@ -115,6 +115,15 @@ pub struct Prepared {
     collection: String,
     coll_id: i64,
     pending: Vec<PendingDoc>,
+    job: Option<JobStep>,
+}
+
+impl Prepared {
+    /// Counts these documents as `step` of a job, in their transaction.
+    pub fn for_job(mut self, step: JobStep) -> Self {
+        self.job = Some(step);
+        self
+    }
 }
 
 /// Chunking settings (they are part of the content hash, so changing them
@@ -203,6 +212,7 @@ pub struct Corpus {
     /// Collections (the largest first) loaded by [`Corpus::rebuild`]; the
     /// rest load at their first request.
     preload: usize,
+    lexical_unit: LexicalUnit,
     /// The ingest-log entry the follower has reached.
     applied: std::sync::atomic::AtomicI64,
     /// Log entries of this process's own writes the follower has not
@@ -278,6 +288,7 @@ impl Corpus {
             version: std::sync::atomic::AtomicI64::new(0),
             quotas: Quotas::default(),
             preload: usize::MAX,
+            lexical_unit: LexicalUnit::Auto,
             applied: std::sync::atomic::AtomicI64::new(0),
             own: std::sync::Mutex::default(),
             loaded_ids: std::sync::Mutex::default(),
@@ -293,6 +304,12 @@ impl Corpus {
     }
 
     /// How many collections [`Corpus::rebuild`] loads (the largest first).
+    /// What BM25 ranks documents by in searches.
+    pub fn with_lexical_unit(mut self, unit: LexicalUnit) -> Self {
+        self.lexical_unit = unit;
+        self
+    }
+
     pub fn with_preload(mut self, collections: usize) -> Self {
         self.preload = collections;
         self
@@ -380,7 +397,7 @@ impl Corpus {
         name: &str,
     ) -> Result<(Arc<dyn Retriever>, Option<Duration>), CorpusError> {
         let (idx, loaded) = self.collection_loaded(name).await?;
-        Ok((Arc::new(IndexRetriever(idx)), loaded))
+        Ok((Arc::new(IndexRetriever(idx, self.lexical_unit)), loaded))
     }
 
     /// The index of an existing collection (404 material when missing).
@@ -627,6 +644,12 @@ impl Corpus {
         Ok(())
     }
 
+    /// How many chunks `doc` makes (what a job counts before it starts).
+    pub fn count_chunks(&self, doc: &IngestDoc) -> usize {
+        let starts: Vec<usize> = doc.sections.iter().map(|s| s.start).collect();
+        self.chunker.chunk_sections(&doc.text, &starts).len()
+    }
+
     fn content_hash(&self, doc: &IngestDoc, metadata: &str) -> String {
         let sections: String = doc
             .sections
@@ -681,6 +704,7 @@ impl Corpus {
             collection: collection.to_owned(),
             coll_id,
             pending,
+            job: None,
         })
     }
 
@@ -729,6 +753,7 @@ impl Corpus {
             collection,
             coll_id,
             mut pending,
+            job,
         } = prepared;
         let (index, _) = self.load_locked(&collection, coll_id).await?;
         let mut changed_since = Vec::new();
@@ -747,7 +772,12 @@ impl Corpus {
             .collect();
         let receipts = self
             .store
-            .upsert_documents(coll_id, &new_docs, Some(limits(&owner, quotas)))
+            .upsert_documents(
+                coll_id,
+                &new_docs,
+                Some(limits(&owner, quotas)),
+                job.as_ref(),
+            )
             .await?;
         // Durable from here on; the indexes follow the store.
         let version = receipts.iter().map(|r| r.version).max();

@@ -27,6 +27,7 @@ pub mod chat;
 pub mod corpus;
 pub mod embeddings;
 pub mod experiment;
+pub mod jobs;
 pub mod load;
 mod profile;
 pub mod rerank;
@@ -39,8 +40,10 @@ pub use blocking::run_blocking;
 pub use budget::{Done, Policy, RequestBudget, StageCtx, StagePlan, StageRun};
 pub use profile::{BudgetProfile, ProfileError};
 pub use ragtime_core::{BudgetReport, Cancel, Outcome, Stage, StageError, StageReport};
+pub use ragtime_retrieve::LexicalUnit;
 pub use service::{
-    AbortOnDrop, AnswerSettings, ChatQuery, ChatStarted, Pipeline, SearchQuery, Settings,
+    AbortOnDrop, AnswerSettings, ChatQuery, ChatStarted, IngestSlot, Pipeline, SearchQuery,
+    Settings,
 };
 
 /// Why the pipeline refused or could not run a request.

@@ -1,14 +1,17 @@
 //! The search request: embed the query (falling back to lexical-only when
-//! that overruns), then dense and lexical retrieval concurrently under the
-//! `retrieve` budget, fused with reciprocal rank fusion, then (when asked
-//! and a cross-encoder is configured) anytime reranking.
+//! that overruns), then dense retrieval over chunks and BM25 over whole
+//! documents concurrently under the `retrieve` budget, fused at the
+//! document level, each document answering with its best chunks; then
+//! (when asked and a cross-encoder is configured) anytime reranking of the
+//! documents.
 
 use crate::budget::{Done, Policy, RequestBudget, StageCtx, StagePlan};
 use crate::rerank::{RerankParams, rerank};
 use ragtime_core::{
-    BudgetReport, Embedder, Filter, Hit, Passage, Reranker, Retriever, Stage, StageError,
-    reciprocal_rank_fusion,
+    BudgetReport, DocHit, Embedder, Filter, Fusion, FusionParams, Hit, Passage, Reranker,
+    Retriever, Stage, StageError, fuse,
 };
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use tracing::Instrument;
@@ -53,9 +56,25 @@ pub struct SearchDeps<'a> {
     pub reranker: Option<(&'a dyn Reranker, RerankParams)>,
 }
 
-/// Candidates fetched from each retriever before fusion.
-pub fn candidates(top_k: usize) -> usize {
-    (top_k * 3).max(50)
+/// How the dense and lexical rankings of documents become one: chosen on
+/// the SciFact train queries (`ragtime-bench fusion`, table in
+/// docs/benchmarks.md).
+pub const FUSION: FusionParams = FusionParams {
+    method: Fusion::Convex,
+    dense_weight: 0.55,
+    lexical_weight: 0.45,
+    depth: 100,
+};
+
+/// Passages a document contributes at most: its best chunk, and further
+/// ones only where they hold the query's words or were retrieved
+/// themselves.
+pub const PASSAGES_PER_DOCUMENT: usize = 3;
+
+/// Candidates fetched from each retriever before fusion (chunks from the
+/// dense side, documents from the lexical).
+pub fn candidates(top_k: usize, fusion: &FusionParams) -> usize {
+    (top_k * 3).max(fusion.depth)
 }
 
 pub const SEARCH_PLAN: [StagePlan; 2] = [
@@ -138,14 +157,26 @@ pub async fn retrieve(
     vector: Option<Arc<Vec<f32>>>,
     top_k: usize,
 ) -> SearchOutcome {
-    let k = candidates(top_k);
+    retrieve_with(budget, retriever, req, vector, top_k, &FUSION).await
+}
+
+/// [`retrieve`] with another fusion (benchmarks compare them).
+pub async fn retrieve_with(
+    budget: &RequestBudget,
+    retriever: &dyn Retriever,
+    req: &SearchRequest,
+    vector: Option<Arc<Vec<f32>>>,
+    top_k: usize,
+    fusion: &FusionParams,
+) -> SearchOutcome {
+    let k = candidates(top_k, fusion);
     let want_lexical = req.mode != Mode::Dense || vector.is_none();
     let run = budget
         .run(Stage::Retrieve, |ctx| async move {
             let cancel = ctx.cancel();
             // Created here, inside the stage's span, so they are its children.
             let dense = async {
-                match vector {
+                match vector.clone() {
                     Some(v) => retriever
                         .dense(v, k, &req.filter, cancel.clone())
                         .await
@@ -160,7 +191,14 @@ pub async fn retrieve(
             let lexical = async {
                 if want_lexical {
                     retriever
-                        .lexical(&req.query, k, &req.filter, cancel.clone())
+                        .lexical_documents(
+                            &req.query,
+                            k,
+                            &req.filter,
+                            vector.clone(),
+                            PASSAGES_PER_DOCUMENT,
+                            cancel.clone(),
+                        )
                         .await
                         .map(Some)
                 } else {
@@ -175,17 +213,8 @@ pub async fn retrieve(
         })
         .await;
     let (dense, lexical) = run.value.unwrap_or((None, None));
-    let (hits, sources) = fuse(dense, lexical);
-    let hits = hits
-        .into_iter()
-        .filter_map(|h| {
-            retriever.chunk(h.chunk_id).map(|chunk| Passage {
-                chunk,
-                score: h.score,
-            })
-        })
-        .take(top_k)
-        .collect();
+    let (mut hits, sources) = fuse_documents(retriever, dense, lexical, fusion);
+    hits.truncate(top_k);
     SearchOutcome {
         hits,
         report: budget.report(),
@@ -193,38 +222,88 @@ pub async fn retrieve(
     }
 }
 
-/// One ranking from what the retrievers returned, and which did.
-fn fuse(dense: Option<Vec<Hit>>, lexical: Option<Vec<Hit>>) -> (Vec<Hit>, Vec<&'static str>) {
-    match (dense, lexical) {
-        (Some(d), Some(l)) => {
-            let lists = [
-                d.iter().map(|h| h.chunk_id).collect(),
-                l.iter().map(|h| h.chunk_id).collect(),
-            ];
-            let fused = reciprocal_rank_fusion(&lists, ragtime_core::fusion::RRF_K)
-                .into_iter()
-                .map(|(chunk_id, score)| Hit { chunk_id, score })
-                .collect();
-            (fused, vec!["dense", "lexical"])
+/// One ranking of documents from what the retrievers returned (a
+/// document ranks on the dense side by its best chunk), each document
+/// answering with its best chunks — the lexical side's (its best chunk and
+/// those holding the query's words), then those the dense side found
+/// themselves — all with the document's fused score; and which retrievers
+/// answered.
+pub fn fuse_documents(
+    retriever: &dyn Retriever,
+    dense: Option<Vec<Hit>>,
+    lexical: Option<Vec<DocHit>>,
+    fusion: &FusionParams,
+) -> (Vec<Passage>, Vec<&'static str>) {
+    let mut sources = Vec::new();
+    let mut dense_docs: Vec<(i64, f32)> = Vec::new();
+    let mut dense_chunks: HashMap<i64, Vec<Arc<ragtime_core::Chunk>>> = HashMap::new();
+    if let Some(hits) = &dense {
+        sources.push("dense");
+        for h in hits {
+            let Some(c) = retriever.chunk(h.chunk_id) else {
+                continue;
+            };
+            let of = dense_chunks.entry(c.document_id).or_default();
+            if of.is_empty() {
+                dense_docs.push((c.document_id, h.score));
+            }
+            of.push(c);
         }
-        (Some(d), None) => (d, vec!["dense"]),
-        (None, Some(l)) => (l, vec!["lexical"]),
-        (None, None) => (Vec::new(), Vec::new()),
     }
+    let mut lexical_docs: Vec<(i64, f32)> = Vec::new();
+    let mut lexical_chunks: HashMap<i64, &[Hit]> = HashMap::new();
+    if let Some(docs) = &lexical {
+        sources.push("lexical");
+        for d in docs {
+            lexical_docs.push((d.document_id, d.score));
+            lexical_chunks.insert(d.document_id, &d.chunks);
+        }
+    }
+    let order = match (dense.is_some(), lexical.is_some()) {
+        (true, true) => fuse(&dense_docs, &lexical_docs, fusion),
+        (true, false) => dense_docs,
+        (false, _) => lexical_docs,
+    };
+    let mut out = Vec::new();
+    for (doc, score) in order {
+        // The lexical side's choice of the document's chunks (by the query
+        // vector and their own BM25), then what the dense side found of it.
+        let chunks: Vec<Arc<ragtime_core::Chunk>> = match lexical_chunks.get(&doc) {
+            Some(hits) if !hits.is_empty() => {
+                let mut ids: Vec<i64> = hits.iter().map(|h| h.chunk_id).collect();
+                for c in dense_chunks.get(&doc).into_iter().flatten() {
+                    if !ids.contains(&c.chunk_id) {
+                        ids.push(c.chunk_id);
+                    }
+                }
+                ids.into_iter()
+                    .filter_map(|id| retriever.chunk(id))
+                    .collect()
+            }
+            _ => dense_chunks.remove(&doc).unwrap_or_default(),
+        };
+        out.extend(
+            chunks
+                .into_iter()
+                .take(PASSAGES_PER_DOCUMENT)
+                .map(|chunk| Passage { chunk, score }),
+        );
+    }
+    (out, sources)
 }
 
-type Side = Result<Option<Vec<Hit>>, StageError>;
-type Pair = (Option<Vec<Hit>>, Option<Vec<Hit>>);
+type Side<T> = Result<Option<Vec<T>>, StageError>;
+type Pair = (Option<Vec<Hit>>, Option<Vec<DocHit>>);
 
 /// Waits for both retrievers. Once one answers, its results are kept, so
 /// an overrun of the other side still leaves a partial result standing.
 async fn both(
-    dense: impl Future<Output = Side>,
-    lexical: impl Future<Output = Side>,
+    dense: impl Future<Output = Side<Hit>>,
+    lexical: impl Future<Output = Side<DocHit>>,
     ctx: &StageCtx<Pair>,
 ) -> Result<Done<Pair>, StageError> {
     tokio::pin!(dense, lexical);
-    let (mut d, mut l): (Option<Side>, Option<Side>) = (None, None);
+    let (mut d, mut l): (Option<Side<Hit>>, Option<Side<DocHit>>) = (None, None);
     while d.is_none() || l.is_none() {
         tokio::select! {
             r = &mut dense, if d.is_none() => {
@@ -274,6 +353,114 @@ mod tests {
             .collect()
     }
 
+    fn docs(ids: &[i64]) -> Vec<DocHit> {
+        ids.iter()
+            .map(|&document_id| DocHit {
+                document_id,
+                score: 1.0,
+                chunks: Vec::new(),
+            })
+            .collect()
+    }
+
+    /// Documents 10 (chunks 1, 2, 3) and 20 (chunk 4) and 30 (chunk 5).
+    fn retriever() -> ragtime_testkit::MemoryRetriever {
+        let chunk = |id: i64, doc: i64, pos: i32| {
+            let mut c =
+                ragtime_testkit::chunk(id, &format!("d{doc}"), "", "t", serde_json::json!({}));
+            c.document_id = doc;
+            c.position = pos;
+            c
+        };
+        ragtime_testkit::MemoryRetriever::new(
+            &ragtime_testkit::HashEmbedder::new(8),
+            vec![
+                chunk(1, 10, 0),
+                chunk(2, 10, 1),
+                chunk(3, 10, 2),
+                chunk(4, 20, 0),
+                chunk(5, 30, 0),
+            ],
+        )
+    }
+
+    fn doc(document_id: i64, score: f32, chunks: &[(i64, f32)]) -> DocHit {
+        DocHit {
+            document_id,
+            score,
+            chunks: chunks
+                .iter()
+                .map(|&(chunk_id, score)| Hit { chunk_id, score })
+                .collect(),
+        }
+    }
+
+    fn passages(p: &[Passage]) -> Vec<(i64, i64)> {
+        p.iter()
+            .map(|p| (p.chunk.document_id, p.chunk.chunk_id))
+            .collect()
+    }
+
+    #[test]
+    fn documents_are_fused_and_answer_with_their_best_chunks() {
+        let r = retriever();
+        // Dense: chunk 3 of document 10 first, then document 20, then 10's chunk 1.
+        let dense = vec![
+            Hit {
+                chunk_id: 3,
+                score: 0.9,
+            },
+            Hit {
+                chunk_id: 4,
+                score: 0.8,
+            },
+            Hit {
+                chunk_id: 1,
+                score: 0.7,
+            },
+        ];
+        // Lexical: document 30 first (dense never saw it), then 10, whose
+        // chunks it chose: 3, then 2 (which holds the query's words).
+        let lexical = vec![
+            doc(30, 9.0, &[(5, 0.1)]),
+            doc(10, 5.0, &[(3, 0.9), (2, 0.8)]),
+        ];
+        let (out, sources) = fuse_documents(
+            &r,
+            Some(dense.clone()),
+            Some(lexical.clone()),
+            &FusionParams::RRF,
+        );
+        assert_eq!(sources, ["dense", "lexical"]);
+        // 10 is in both lists; 30 and 20 each in one, 30 ranked higher.
+        // 10 answers with the lexical side's chunks, then the dense side's
+        // other find of it.
+        assert_eq!(
+            passages(&out),
+            [(10, 3), (10, 2), (10, 1), (30, 5), (20, 4)]
+        );
+        assert!(out.windows(2).all(|w| w[0].score >= w[1].score));
+
+        // Dense alone: documents by their best chunk, each with the chunks
+        // the dense side found, best first.
+        let (out, sources) = fuse_documents(&r, Some(dense), None, &FusionParams::RRF);
+        assert_eq!(sources, ["dense"]);
+        assert_eq!(passages(&out), [(10, 3), (10, 1), (20, 4)]);
+
+        // Lexical alone (no query vector): its chunks, in its order.
+        let lexical = vec![
+            doc(10, 5.0, &[(2, 3.0), (1, 1.0)]),
+            doc(20, 4.0, &[(4, 0.0)]),
+        ];
+        let (out, _) = fuse_documents(&r, None, Some(lexical), &FusionParams::RRF);
+        assert_eq!(passages(&out), [(10, 2), (10, 1), (20, 4)]);
+        // At most PASSAGES_PER_DOCUMENT of one document.
+        let many = [(1, 4.0), (2, 3.0), (3, 2.0), (1, 1.0)];
+        let lexical = vec![doc(10, 5.0, &many)];
+        let (out, _) = fuse_documents(&r, None, Some(lexical), &FusionParams::RRF);
+        assert_eq!(out.len(), PASSAGES_PER_DOCUMENT);
+    }
+
     fn budget() -> RequestBudget {
         let mut p = BudgetProfile::gpu();
         p.retrieve_ms = 50;
@@ -281,8 +468,8 @@ mod tests {
     }
 
     async fn run(
-        dense: impl Future<Output = Side>,
-        lexical: impl Future<Output = Side>,
+        dense: impl Future<Output = Side<Hit>>,
+        lexical: impl Future<Output = Side<DocHit>>,
     ) -> crate::StageRun<Pair> {
         let b = budget();
         b.run(Stage::Retrieve, |ctx| async move {
@@ -300,7 +487,7 @@ mod tests {
             },
             async {
                 sleep(Duration::from_millis(20)).await;
-                Ok(Some(hits(&[2])))
+                Ok(Some(docs(&[2])))
             },
         )
         .await;
@@ -318,7 +505,7 @@ mod tests {
             },
             async {
                 sleep(Duration::from_secs(60)).await;
-                Ok(Some(hits(&[3])))
+                Ok(Some(docs(&[3])))
             },
         )
         .await;
@@ -333,7 +520,7 @@ mod tests {
                 sleep(Duration::from_secs(60)).await;
                 Ok(Some(hits(&[1])))
             },
-            async { Ok(Some(hits(&[3]))) },
+            async { Ok(Some(docs(&[3]))) },
         )
         .await;
         assert_eq!(r.outcome, Outcome::Partial);

@@ -43,6 +43,12 @@ pub struct Settings {
     /// Put each chat's question and answer on its trace's root span
     /// (`input.value`, `output.value`, at most [`CAPTURED_BYTES`] each).
     pub capture_content: bool,
+    /// Ingests (document writes and uploads) running at once; one more is
+    /// refused as busy (0: no limit).
+    pub max_concurrent_ingests: usize,
+    /// Ingest jobs held (queued or running) by this replica; one more is
+    /// refused as busy (0: no limit).
+    pub max_jobs: usize,
 }
 
 /// The most of a question or an answer put on a span.
@@ -106,13 +112,26 @@ pub struct Pipeline {
     /// Conversations with a turn being stored: the next turn's history
     /// waits for it.
     writing: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// A permit per running ingest or job ([`Settings::max_concurrent_ingests`]).
+    pub(crate) ingests: Arc<tokio::sync::Semaphore>,
+    /// A permit per upload being read and checked, or ingested at once
+    /// (as many).
+    uploads: Arc<tokio::sync::Semaphore>,
+    pub(crate) jobs: crate::jobs::Jobs,
 }
+
+/// A running ingest's place among `limits.max_concurrent_ingests`.
+pub struct IngestSlot(#[allow(dead_code)] tokio::sync::OwnedSemaphorePermit);
 
 /// Aborts a chat's task when dropped before [`AbortOnDrop::disarm`]: a
 /// client that goes away stops its generation at once.
 pub struct AbortOnDrop(Option<tokio::task::AbortHandle>);
 
 impl AbortOnDrop {
+    pub(crate) fn new<T>(task: tokio::task::JoinHandle<T>) -> Self {
+        Self(Some(task.abort_handle()))
+    }
+
     /// The answer is delivered: let the task finish its bookkeeping.
     pub fn disarm(&mut self) {
         self.0 = None;
@@ -186,6 +205,12 @@ impl Pipeline {
         metrics: Arc<Metrics>,
         settings: Settings,
     ) -> Self {
+        let permits = match settings.max_concurrent_ingests {
+            0 => tokio::sync::Semaphore::MAX_PERMITS,
+            n => n,
+        };
+        let ingests = Arc::new(tokio::sync::Semaphore::new(permits));
+        let uploads = Arc::new(tokio::sync::Semaphore::new(permits));
         Self {
             corpus,
             reranker,
@@ -196,6 +221,9 @@ impl Pipeline {
             metrics,
             settings,
             writing: Mutex::default(),
+            ingests,
+            uploads,
+            jobs: crate::jobs::Jobs::default(),
         }
     }
 
@@ -212,7 +240,7 @@ impl Pipeline {
             .map_err(|e| Self::corpus_error(e, collection))
     }
 
-    fn corpus_error(e: CorpusError, collection: &str) -> PipelineError {
+    pub(crate) fn corpus_error(e: CorpusError, collection: &str) -> PipelineError {
         match e {
             CorpusError::UnknownCollection(_) => {
                 PipelineError::UnknownCollection(collection.to_owned())
@@ -301,6 +329,25 @@ impl Pipeline {
             .map_err(|e| PipelineError::Internal(e.to_string()))
     }
 
+    /// One of `limits.max_concurrent_ingests` uploads, taken before an
+    /// ingest's body is read (so a flood of uploads is refused before it
+    /// takes memory) and held until it is ingested or handed to a job;
+    /// busy if none is free.
+    pub fn ingest_slot(&self) -> Result<IngestSlot, PipelineError> {
+        self.uploads
+            .clone()
+            .try_acquire_owned()
+            .map(IngestSlot)
+            .map_err(|_| Self::no_ingest_slot())
+    }
+
+    fn no_ingest_slot() -> PipelineError {
+        PipelineError::Busy {
+            what: "every ingest slot (limits.max_concurrent_ingests)",
+            retry_after: Duration::from_secs(2),
+        }
+    }
+
     /// Ingests documents into a collection of `tenant` (created if
     /// missing); every document is committed when this returns. Returns
     /// what happened to each, and the corpus version after.
@@ -311,20 +358,33 @@ impl Pipeline {
     /// committed never leaves a durable but unindexed document.
     pub async fn ingest(
         self: &Arc<Self>,
+        slot: IngestSlot,
         tenant: &Tenant,
         collection: &str,
         docs: Vec<IngestDoc>,
     ) -> Result<(Vec<Ingested>, i64), PipelineError> {
+        // Held until the commit ends (on its own task, below); running
+        // jobs may hold every one.
+        let permit = (
+            slot,
+            self.ingests
+                .clone()
+                .try_acquire_owned()
+                .map_err(|_| Self::no_ingest_slot())?,
+        );
         let prepared = self
             .corpus
             .prepare(&tenant.collection(collection), docs)
             .await
             .map_err(|e| Self::corpus_error(e, collection))?;
         let me = self.clone();
-        let done = tokio::spawn(async move { me.corpus.commit(prepared).await })
-            .await
-            .map_err(|e| PipelineError::Internal(format!("ingest task: {e}")))?
-            .map_err(|e| Self::corpus_error(e, collection))?;
+        let done = tokio::spawn(async move {
+            let _permit = permit;
+            me.corpus.commit(prepared).await
+        })
+        .await
+        .map_err(|e| PipelineError::Internal(format!("ingest task: {e}")))?
+        .map_err(|e| Self::corpus_error(e, collection))?;
         let version = self
             .corpus
             .store

@@ -4,13 +4,14 @@
 
 use crate::run_blocking;
 use async_trait::async_trait;
-use ragtime_core::{Cancel, Chunk, Filter, Hit, Reranker, Retriever, StageError};
+use ragtime_core::{Cancel, Chunk, DocHit, Filter, Hit, Reranker, Retriever, StageError};
 use ragtime_rerank::CrossEncoder;
-use ragtime_retrieve::CollectionIndex;
+use ragtime_retrieve::{Boosts, CollectionIndex, LexicalUnit};
 use std::sync::Arc;
 
 /// A collection's HNSW and BM25 indexes as the pipeline's [`Retriever`].
-pub struct IndexRetriever(pub Arc<CollectionIndex>);
+/// What the lexical side ranks documents by is the second field.
+pub struct IndexRetriever(pub Arc<CollectionIndex>, pub LexicalUnit);
 
 #[async_trait]
 impl Retriever for IndexRetriever {
@@ -29,19 +30,35 @@ impl Retriever for IndexRetriever {
         .await
     }
 
-    async fn lexical(
+    async fn lexical_documents(
         &self,
         query: &str,
         k: usize,
         filter: &Filter,
+        vector: Option<Arc<Vec<f32>>>,
+        per_document: usize,
         cancel: Cancel,
-    ) -> Result<Vec<Hit>, StageError> {
+    ) -> Result<Vec<DocHit>, StageError> {
         let (index, filter, query) = (self.0.clone(), filter.clone(), query.to_owned());
+        let unit = self.1;
         run_blocking(cancel, move |c| {
             let allowed = index.allowed(&filter);
-            index
-                .lexical_search(&query, k, &allowed, c)
-                .map_err(|e| StageError::Backend(e.to_string()))
+            let vector = vector.as_deref().map(Vec::as_slice);
+            match index.lexical_unit(unit) {
+                LexicalUnit::Documents | LexicalUnit::Auto => index.document_search(
+                    &query,
+                    k,
+                    &allowed,
+                    Boosts::DOCUMENTS,
+                    vector,
+                    per_document,
+                    c,
+                ),
+                LexicalUnit::Chunks => {
+                    index.chunk_document_search(&query, k, &allowed, vector, per_document, c)
+                }
+            }
+            .map_err(|e| StageError::Backend(e.to_string()))
         })
         .await
     }

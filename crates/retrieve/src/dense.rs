@@ -138,6 +138,13 @@ impl Dense {
         points * (2 * self.dim * 4 + 2 * self.params.m * 16 + 96)
     }
 
+    fn live(&self) -> usize {
+        self.vectors
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
     pub fn check_dim(&self, v: &[f32]) -> Result<(), IndexError> {
         if v.len() == self.dim {
             Ok(())
@@ -203,6 +210,19 @@ impl Dense {
             .clear();
     }
 
+    /// The similarity of `query` to each point (`None` for one not held).
+    pub fn similarities(&self, query: &[f32], ids: &[i64]) -> Vec<Option<f32>> {
+        let vectors = self.vectors.read().unwrap_or_else(PoisonError::into_inner);
+        ids.iter()
+            .map(|id| {
+                vectors
+                    .get(&(*id as usize))
+                    .filter(|v| v.len() == query.len())
+                    .map(|v| dot(query, v))
+            })
+            .collect()
+    }
+
     pub fn search(
         &self,
         query: &[f32],
@@ -231,6 +251,20 @@ impl Dense {
                 .collect()
         };
         match allowed {
+            // A small collection is scanned exactly: as fast as the graph at
+            // this size, and a point the graph cannot reach (near-duplicate
+            // neighbours prune its in-links) is still found.
+            Allowed::All if self.live() <= self.params.exact_below => {
+                let vectors = self.vectors.read().unwrap_or_else(PoisonError::into_inner);
+                let hits = vectors
+                    .iter()
+                    .map(|(id, v)| Hit {
+                        chunk_id: *id as i64,
+                        score: dot(query, v),
+                    })
+                    .collect();
+                (top_k(hits, k), SearchPath::Exact)
+            }
             Allowed::All => {
                 let deleted = self.deleted.read().unwrap_or_else(PoisonError::into_inner);
                 let ef = self.params.ef_search.max(k);
@@ -243,7 +277,8 @@ impl Dense {
                 };
                 (to_hits(ns), SearchPath::Graph)
             }
-            Allowed::Only(set) => {
+            Allowed::Only(only) => {
+                let set = &only.chunks;
                 let exact_limit = self
                     .params
                     .exact_below

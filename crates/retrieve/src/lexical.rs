@@ -1,23 +1,70 @@
-//! BM25 over chunks' titles, section paths and texts with tantivy (English
-//! stemming).
+//! BM25 with tantivy (English stemming) over entries with a title, a
+//! section path and a text: one index holds a collection's chunks, another
+//! its whole documents.
 
-use crate::collection::Allowed;
-use crate::{Chunk, Hit, IndexError};
+use crate::IndexError;
 use ragtime_core::Cancel;
-use std::sync::{Mutex, PoisonError};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use tantivy::collector::{Collector, FilterCollector, SegmentCollector, TopDocs};
 use tantivy::indexer::IndexWriterOptions;
 use tantivy::query::QueryParser;
 use tantivy::schema::{
-    FAST, Field, INDEXED, IndexRecordOption, STORED, Schema, TextFieldIndexing, TextOptions, Value,
+    FAST, Field, INDEXED, IndexRecordOption, Schema, TextFieldIndexing, TextOptions,
 };
-use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term, doc};
+use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, Term, doc};
 
-/// Weight of a match in the chunk's section path against one in its title
-/// or text. Section words belong to every chunk of a section, so at full
-/// weight they outrank the chunk that states the answer (answers
-/// benchmark: 0.83 of answers in the top 5 at 1.0, 0.89 at 0.3).
-const SECTION_BOOST: f32 = 0.3;
+/// Weights of a match in the title and in the section path against one in
+/// the text.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Boosts {
+    pub title: f32,
+    pub section: f32,
+}
+
+impl Boosts {
+    /// Chunks: section words belong to every chunk of a section, so at full
+    /// weight they outrank the chunk that states the answer (answers
+    /// benchmark: 0.83 of answers in the top 5 at 1.0, 0.89 at 0.3).
+    pub const CHUNKS: Self = Self {
+        title: 1.0,
+        section: 0.3,
+    };
+    /// Whole documents: the title boost chosen on the SciFact train queries
+    /// (`ragtime-bench fusion`).
+    pub const DOCUMENTS: Self = Self {
+        title: 0.4,
+        section: 0.3,
+    };
+}
+
+/// What BM25 ranks documents by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LexicalUnit {
+    /// Whole documents (title, section paths, text as fields).
+    Documents,
+    /// Their chunks: a document ranks by its best chunk.
+    Chunks,
+    /// Whole documents where a collection's documents are short (at most
+    /// [`AUTO_MAX_CHUNKS`] chunks on average), chunks where they are long:
+    /// BM25 over a long, many-topic document dilutes the part that
+    /// answers (SciFact's abstracts, 3.6 chunks each: documents 0.679
+    /// against chunks 0.642; the Rust Reference's pages: answer in the top
+    /// 5 0.80 by documents, 0.84 by chunks).
+    #[default]
+    Auto,
+}
+
+/// [`LexicalUnit::Auto`]'s line between short and long documents.
+pub const AUTO_MAX_CHUNKS: usize = 8;
+
+/// What one index entry holds.
+pub struct Entry<'a> {
+    pub id: u64,
+    pub title: &'a str,
+    pub section: &'a str,
+    pub text: &'a str,
+}
 
 /// Memory an index write may buffer before it flushes a segment.
 const WRITE_BUDGET_BYTES: usize = 32_000_000;
@@ -40,7 +87,7 @@ pub struct Lexical {
     /// (one indexing, one merge thread), commits, waits for its merges and
     /// closes it; the reader holds no threads (manual reload).
     writing: Mutex<()>,
-    chunk_id: Field,
+    id: Field,
     title: Field,
     section: Field,
     text: Field,
@@ -54,7 +101,7 @@ impl Lexical {
                 .set_tokenizer("en_stem")
                 .set_index_option(IndexRecordOption::WithFreqsAndPositions),
         );
-        let chunk_id = schema.add_u64_field("chunk_id", INDEXED | STORED | FAST);
+        let id = schema.add_u64_field("id", INDEXED | FAST);
         let title = schema.add_text_field("title", stemmed.clone());
         let section = schema.add_text_field("section", stemmed.clone());
         let text = schema.add_text_field("text", stemmed);
@@ -62,7 +109,7 @@ impl Lexical {
             schema: schema.build(),
             built: std::sync::OnceLock::new(),
             writing: Mutex::new(()),
-            chunk_id,
+            id,
             title,
             section,
             text,
@@ -110,44 +157,45 @@ impl Lexical {
         })
     }
 
-    pub fn add<'a>(&self, chunks: impl Iterator<Item = &'a Chunk>) -> Result<(), IndexError> {
+    /// Removes the entries `remove` names and adds `add`, in one commit.
+    pub fn replace<'a>(
+        &self,
+        remove: &[u64],
+        add: impl Iterator<Item = Entry<'a>>,
+    ) -> Result<(), IndexError> {
+        let mut add = add.peekable();
+        if add.peek().is_none() && (remove.is_empty() || self.built.get().is_none()) {
+            return Ok(());
+        }
         self.write(|w| {
-            for c in chunks {
+            for id in remove {
+                w.delete_term(Term::from_field_u64(self.id, *id));
+            }
+            for e in add {
                 w.add_document(doc!(
-                    self.chunk_id => c.chunk_id as u64,
-                    // Where the chunk stands: its title and section path.
-                    self.title => c.title.as_str(),
-                    self.section => c.section.as_str(),
-                    self.text => c.text.as_str(),
+                    self.id => e.id,
+                    self.title => e.title,
+                    self.section => e.section,
+                    self.text => e.text,
                 ))?;
             }
             Ok(())
         })
     }
 
-    pub fn remove(&self, ids: &[i64]) -> Result<(), IndexError> {
-        if self.built.get().is_none() {
-            return Ok(());
-        }
-        self.write(|w| {
-            for id in ids {
-                w.delete_term(Term::from_field_u64(self.chunk_id, *id as u64));
-            }
-            Ok(())
-        })
-    }
-
-    /// The `k` best chunks for `query` among the allowed ones. Once
-    /// `cancel` fires (its deadline passes) it stops collecting — checked
-    /// before each index segment and every few thousand matches — and
-    /// returns the best of what it had.
+    /// The `k` best entries for `query` (ids and BM25 scores) among the
+    /// allowed ones (all when `None`; else sorted ids). Once `cancel` fires
+    /// (its deadline passes) it stops collecting — checked before each
+    /// index segment and every few thousand matches — and returns the best
+    /// of what it had.
     pub fn search(
         &self,
         query: &str,
         k: usize,
-        allowed: &Allowed,
+        allowed: Option<&Arc<Vec<usize>>>,
+        boosts: Boosts,
         cancel: &Cancel,
-    ) -> Result<Vec<Hit>, IndexError> {
+    ) -> Result<Vec<(u64, f32)>, IndexError> {
         let Some(built) = self.built.get() else {
             return Ok(Vec::new());
         };
@@ -156,31 +204,40 @@ impl Lexical {
         }
         let mut parser =
             QueryParser::for_index(&built.index, vec![self.title, self.section, self.text]);
-        parser.set_field_boost(self.section, SECTION_BOOST);
+        parser.set_field_boost(self.title, boosts.title);
+        parser.set_field_boost(self.section, boosts.section);
         // Lenient: user text is not query syntax; what cannot parse is dropped.
         let (q, _errors) = parser.parse_query_lenient(query);
         let searcher = built.reader.searcher();
         let top = TopDocs::with_limit(k);
         let docs = match allowed {
-            Allowed::All => searcher.search(&q, &Stoppable::new(top.order_by_score(), cancel))?,
-            Allowed::Only(set) => {
+            None => searcher.search(&q, &Stoppable::new(top.order_by_score(), cancel))?,
+            Some(set) => {
                 let set = set.clone();
                 let only = FilterCollector::new(
-                    "chunk_id".to_owned(),
+                    "id".to_owned(),
                     move |id: u64| set.binary_search(&(id as usize)).is_ok(),
                     top.order_by_score(),
                 );
                 searcher.search(&q, &Stoppable::new(only, cancel))?
             }
         };
+        // Ids from the fast field (a column read), not the stored document
+        // (a block decompressed per hit).
+        let mut columns: HashMap<u32, tantivy::columnar::Column<u64>> = HashMap::new();
         let mut hits = Vec::with_capacity(docs.len());
         for (score, addr) in docs {
-            let d: TantivyDocument = searcher.doc(addr)?;
-            if let Some(id) = d.get_first(self.chunk_id).and_then(|v| v.as_u64()) {
-                hits.push(Hit {
-                    chunk_id: id as i64,
-                    score,
-                });
+            let column = match columns.entry(addr.segment_ord) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => e.insert(
+                    searcher
+                        .segment_reader(addr.segment_ord)
+                        .fast_fields()
+                        .u64("id")?,
+                ),
+            };
+            if let Some(id) = column.first(addr.doc_id) {
+                hits.push((id, score));
             }
         }
         Ok(hits)

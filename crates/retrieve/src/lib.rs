@@ -1,7 +1,8 @@
 //! In-memory retrieval indexes, one set per collection, rebuilt from the
 //! store on start: a filtered HNSW (`hnsw_rs`, dot product on unit vectors =
-//! cosine) and a BM25 index (`tantivy`, English stemming) over the same
-//! chunks, with the same metadata filters.
+//! cosine) over the chunks, and BM25 indexes (`tantivy`, English stemming)
+//! over the same chunks and over whole documents, with the same metadata
+//! filters.
 //!
 //! Filters are evaluated before the vector search: the filter picks the
 //! allowed chunks (per document, cached per corpus version), then the HNSW
@@ -12,11 +13,12 @@ mod collection;
 mod dense;
 mod lexical;
 
-pub use collection::{Allowed, CollectionIndex};
+pub use collection::{Allowed, AllowedSet, CollectionIndex};
 pub use dense::{DenseParams, SearchPath};
+pub use lexical::{AUTO_MAX_CHUNKS, Boosts, LexicalUnit};
 
 use ragtime_core::Filter;
-pub use ragtime_core::{Chunk, Hit};
+pub use ragtime_core::{Chunk, DocHit, Hit};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};

@@ -173,6 +173,31 @@ fn selective_filters_switch_to_an_exact_scan() {
         idx.dense_search(&vs[0], 5, &Allowed::All, &Cancel::new()).1,
         SearchPath::Graph
     );
+    // A collection no larger than the threshold is scanned exactly, and its
+    // answer is the true top k.
+    let small = CollectionIndex::new(
+        dim,
+        DenseParams {
+            exact_below: 100,
+            ..DenseParams::default()
+        },
+    )
+    .expect("index");
+    small
+        .add(
+            vs[..100]
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (entry(i as i64 + 1, "x", json!({})), v.clone()))
+                .collect(),
+        )
+        .expect("add");
+    let (hits, path) = small.dense_search(&vs[7], 5, &Allowed::All, &Cancel::new());
+    assert_eq!(path, SearchPath::Exact);
+    assert_eq!(
+        hits.iter().map(|h| h.chunk_id).collect::<Vec<_>>(),
+        brute(&vs[..100], &vs[7], 5, |_| true)
+    );
 }
 
 #[test]
@@ -263,4 +288,222 @@ fn removed_chunks_never_come_back() {
     assert_eq!(lex.len(), 100);
     assert!(lex.iter().all(|h| h.chunk_id > 100));
     assert!(idx.chunk(5).is_none() && idx.chunk(150).is_some());
+}
+
+/// Chunk `id` of document `doc` at `position`, with `title`.
+fn part(
+    id: i64,
+    doc: i64,
+    position: i32,
+    title: &str,
+    text: &str,
+    meta: serde_json::Value,
+) -> Chunk {
+    Chunk {
+        document_id: doc,
+        external_id: format!("doc-{doc}"),
+        position,
+        title: title.to_owned(),
+        ..entry(id, text, meta)
+    }
+}
+
+fn unit(dim: usize, at: usize) -> Vec<f32> {
+    let mut v = vec![0.0; dim];
+    v[at] = 1.0;
+    v
+}
+
+fn doc_ids(hits: &[ragtime_retrieve::DocHit]) -> Vec<i64> {
+    hits.iter().map(|d| d.document_id).collect()
+}
+
+#[test]
+fn whole_documents_are_ranked_and_answer_with_their_best_chunks() {
+    let idx = CollectionIndex::new(4, DenseParams::default()).expect("index");
+    let year = |y: i64| json!({ "year": y });
+    // Document 1 speaks of mitochondria across two chunks (one mention
+    // each); document 2 has it once in its title; document 3 not at all.
+    idx.add(vec![
+        (
+            part(
+                1,
+                1,
+                0,
+                "Cell biology",
+                "Mitochondria make energy.",
+                year(2020),
+            ),
+            unit(4, 0),
+        ),
+        (
+            part(
+                2,
+                1,
+                1,
+                "Cell biology",
+                "Ribosomes make proteins.",
+                year(2020),
+            ),
+            unit(4, 1),
+        ),
+        (
+            part(
+                3,
+                1,
+                2,
+                "Cell biology",
+                "More on mitochondria here.",
+                year(2020),
+            ),
+            unit(4, 2),
+        ),
+        (
+            part(4, 2, 0, "Mitochondria", "An organelle.", year(2024)),
+            unit(4, 3),
+        ),
+        (
+            part(5, 3, 0, "Plants", "Chloroplasts capture light.", year(2024)),
+            unit(4, 3),
+        ),
+    ])
+    .expect("add");
+    let all = idx.allowed(&Filter::All);
+    let cancel = Cancel::new();
+    let search = |boosts, vector: Option<&[f32]>, per: usize, allowed: &Allowed| {
+        idx.document_search("mitochondria", 10, allowed, boosts, vector, per, &cancel)
+            .expect("search")
+    };
+    let plain = ragtime_retrieve::Boosts {
+        title: 1.0,
+        section: 0.3,
+    };
+    let found = search(plain, None, 3, &all);
+    assert_eq!(
+        {
+            let mut d = doc_ids(&found);
+            d.sort_unstable();
+            d
+        },
+        [1, 2],
+        "one entry per document, only those that match"
+    );
+    // A heavy title boost puts the document titled so first.
+    let titled = search(
+        ragtime_retrieve::Boosts {
+            title: 5.0,
+            section: 0.3,
+        },
+        None,
+        3,
+        &all,
+    );
+    assert_eq!(doc_ids(&titled)[0], 2);
+
+    // Without a vector a document's chunks come by their own BM25 score,
+    // and only those that match; with one, by similarity plus that score:
+    // the best chunk first, then those that match.
+    let one = found.iter().find(|d| d.document_id == 1).expect("doc 1");
+    let mut order: Vec<i64> = one.chunks.iter().map(|h| h.chunk_id).collect();
+    order.sort_unstable();
+    assert_eq!(order, [1, 3], "the unmatched chunk 2 is left out");
+    assert!(one.chunks.iter().all(|h| h.score > 0.0));
+    let near_2 = unit(4, 1);
+    let by_vector = search(plain, Some(&near_2), 3, &all);
+    let one = by_vector
+        .iter()
+        .find(|d| d.document_id == 1)
+        .expect("doc 1");
+    let order: Vec<i64> = one.chunks.iter().map(|h| h.chunk_id).collect();
+    assert_eq!(order.len(), 3, "{order:?}");
+    assert_eq!(order[0], 2, "nearest the vector: {order:?}");
+    let near_3 = unit(4, 2);
+    let by_vector = search(plain, Some(&near_3), 2, &all);
+    let one = by_vector
+        .iter()
+        .find(|d| d.document_id == 1)
+        .expect("doc 1");
+    // Chunk 3 is nearest and matches; chunk 1 matches; 2 neither.
+    assert_eq!(
+        one.chunks.iter().map(|h| h.chunk_id).collect::<Vec<_>>(),
+        [3, 1]
+    );
+    // Filters apply to documents.
+    let recent =
+        idx.allowed(&Filter::parse(&json!({"year": {"$gte": 2024}}), "filter").expect("filter"));
+    assert_eq!(doc_ids(&search(plain, None, 1, &recent)), [2]);
+
+    // Replacing a document's chunks replaces its text in the document
+    // index; removing them all removes the document.
+    idx.remove(&[1, 3]).expect("remove");
+    assert_eq!(doc_ids(&search(plain, None, 1, &all)), [2]);
+    idx.add(vec![(
+        part(6, 1, 3, "Cell biology", "Mitochondria again.", year(2020)),
+        unit(4, 0),
+    )])
+    .expect("add");
+    let again = search(plain, None, 3, &all);
+    let one = again
+        .iter()
+        .find(|d| d.document_id == 1)
+        .expect("doc 1 is back");
+    assert_eq!(
+        one.chunks.iter().map(|h| h.chunk_id).collect::<Vec<_>>(),
+        [6]
+    );
+    idx.remove(&[2, 6]).expect("remove");
+    assert_eq!(doc_ids(&search(plain, None, 1, &all)), [2]);
+    assert!(idx.document_chunks(1, None).is_empty());
+}
+
+#[test]
+fn long_documents_are_ranked_by_their_best_chunk() {
+    use ragtime_retrieve::{AUTO_MAX_CHUNKS, LexicalUnit};
+    let idx = CollectionIndex::new(4, DenseParams::default()).expect("index");
+    // One long document: AUTO_MAX_CHUNKS + 1 chunks, one of them on comets.
+    let n = AUTO_MAX_CHUNKS as i64 + 1;
+    let items: Vec<(Chunk, Vec<f32>)> = (0..n)
+        .map(|i| {
+            let text = if i == 4 {
+                "Comets have icy tails."
+            } else {
+                "Filler text here."
+            };
+            (
+                part(i + 1, 1, i as i32, "Manual", text, json!({})),
+                unit(4, 0),
+            )
+        })
+        .collect();
+    idx.add(items).expect("add");
+    assert_eq!(idx.lexical_unit(LexicalUnit::Auto), LexicalUnit::Chunks);
+    assert_eq!(
+        idx.lexical_unit(LexicalUnit::Documents),
+        LexicalUnit::Documents
+    );
+    let all = idx.allowed(&Filter::All);
+    let found = idx
+        .chunk_document_search("comets", 10, &all, None, 3, &Cancel::new())
+        .expect("search");
+    assert_eq!(doc_ids(&found), [1]);
+    assert_eq!(
+        found[0]
+            .chunks
+            .iter()
+            .map(|h| h.chunk_id)
+            .collect::<Vec<_>>(),
+        [5],
+        "only the chunk that matches"
+    );
+    // A short document tips the mean under the line: whole documents.
+    let short: Vec<(Chunk, Vec<f32>)> = (0..n)
+        .map(|i| {
+            (
+                part(100 + i, 100 + i, 0, "Note", "Short.", json!({})),
+                unit(4, 1),
+            )
+        })
+        .collect();
+    idx.add(short).expect("add");
+    assert_eq!(idx.lexical_unit(LexicalUnit::Auto), LexicalUnit::Documents);
 }

@@ -4,6 +4,7 @@
 
 use crate::BeginWrite;
 use crate::collections::{Limits, usage_of, usage_query};
+use crate::jobs::JobStep;
 use crate::{Pool, Store, StoreError, now_ms};
 
 /// A chunk to store with its document.
@@ -182,7 +183,7 @@ impl Store {
         doc: &NewDocument,
     ) -> Result<WriteReceipt, StoreError> {
         let mut r = self
-            .upsert_documents(collection_id, std::slice::from_ref(doc), None)
+            .upsert_documents(collection_id, std::slice::from_ref(doc), None, None)
             .await?;
         r.pop()
             .ok_or_else(|| StoreError::Url("upsert returned nothing".into()))
@@ -197,6 +198,7 @@ impl Store {
         collection_id: i64,
         docs: &[NewDocument],
         limits: Option<Limits<'_>>,
+        job: Option<&JobStep>,
     ) -> Result<Vec<WriteReceipt>, StoreError> {
         on_pool!(self, p => {
             let mut tx = p.begin_write().await?;
@@ -298,6 +300,22 @@ impl Store {
                         return Err(e);
                     }
                 }
+            }
+            if let Some(step) = job {
+                let count = |u: Upsert| receipts.iter().filter(|r| r.upsert == u).count() as i64;
+                let (created, replaced) = (count(Upsert::Created), count(Upsert::Replaced));
+                sqlx::query(crate::jobs::ADD_STEP)
+                    .bind(step.documents)
+                    .bind(step.chunks)
+                    .bind(created)
+                    .bind(replaced)
+                    .bind(step.documents - created - replaced)
+                    .bind(now_ms())
+                    .bind(&step.id)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            if wrote || job.is_some() {
                 tx.commit().await?;
             } else {
                 tx.rollback().await?;

@@ -45,6 +45,7 @@ mod budgets;
 mod collections;
 mod conversations;
 mod documents;
+mod jobs;
 
 pub use api_keys::ApiKeyRecord;
 pub use budgets::BudgetVersion;
@@ -54,6 +55,7 @@ pub use documents::{
     ChunkRecord, DocumentRecord, IndexChunk, LogEntry, NewChunk, NewDocument, Upsert, WriteReceipt,
     decode_vector, encode_vector,
 };
+pub use jobs::{JOB_HEARTBEAT_MS, JOB_STALE_MS, JobRecord, JobStatus, JobStep, NewJob};
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
@@ -82,6 +84,19 @@ pub enum StoreError {
 pub enum Backend {
     Sqlite,
     Postgres,
+}
+
+/// Wakes when a change-log entry commits ([`Store::change_listener`]).
+pub struct ChangeListener(sqlx::postgres::PgListener);
+
+impl ChangeListener {
+    /// Waits for the next notification. After a lost connection it
+    /// reconnects and listens again on the next call (notifications sent
+    /// in between are lost: the caller polls as well).
+    pub async fn next(&mut self) -> Result<(), StoreError> {
+        self.0.recv().await?;
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -134,6 +149,20 @@ impl Store {
             )));
         };
         Ok(Self { pool })
+    }
+
+    /// A listener woken as another process (or this one) commits a
+    /// change-log entry: PostgreSQL's `LISTEN ragtime_ingest`; `None` on
+    /// SQLite, which has no notifications (its followers poll).
+    pub async fn change_listener(&self) -> Result<Option<ChangeListener>, StoreError> {
+        match &self.pool {
+            Pool::Sqlite(_) => Ok(None),
+            Pool::Postgres(p) => {
+                let mut l = sqlx::postgres::PgListener::connect_with(p).await?;
+                l.listen("ragtime_ingest").await?;
+                Ok(Some(ChangeListener(l)))
+            }
+        }
     }
 
     /// The SQLite URL for `ragtime.db` in `data_dir`.

@@ -1,7 +1,7 @@
 //! The store against a real SQLite file and, when `RAGTIME_TEST_DATABASE_URL`
 //! names one, a real PostgreSQL server (a fresh database per test).
 
-use ragtime_store::{Backend, NewChunk, NewDocument, Store, Upsert};
+use ragtime_store::{Backend, JobStatus, JobStep, NewChunk, NewDocument, NewJob, Store, Upsert};
 
 /// A fresh PostgreSQL database on the test server, dropped at the end.
 struct PgDb {
@@ -402,6 +402,7 @@ async fn exercise_collections(store: &Store) {
             a,
             &[doc("x", "h", &["1", "2"]), doc("y", "h", &["3"])],
             Some(l),
+            None,
         )
         .await
         .expect("within quota");
@@ -420,6 +421,7 @@ async fn exercise_collections(store: &Store) {
             a,
             &[doc("z", "h", &["4"]), doc("x", "h2", &["1", "2", "5"])],
             Some(l),
+            None,
         )
         .await;
     assert!(
@@ -437,7 +439,7 @@ async fn exercise_collections(store: &Store) {
     assert_eq!(store.usage("a_b~").await.expect("usage").chunks, 3);
     // A replacement with fewer chunks fits; a delete counts down.
     store
-        .upsert_documents(a, &[doc("x", "h3", &["1"])], Some(l))
+        .upsert_documents(a, &[doc("x", "h3", &["1"])], Some(l), None)
         .await
         .expect("smaller");
     store.delete_document(a, "y").await.expect("delete");
@@ -497,6 +499,10 @@ async fn sqlite_store_migrates_and_survives_reopen() {
     let url = Store::sqlite_url(dir.path());
     let store = Store::open(&url).await.expect("open sqlite");
     assert_eq!(store.backend(), Backend::Sqlite);
+    assert!(
+        store.change_listener().await.expect("listener").is_none(),
+        "SQLite has no notifications: its followers poll"
+    );
     check_fresh_store(&store).await;
     store.close().await;
     // Reopening applies no migration twice and keeps the data.
@@ -508,6 +514,7 @@ async fn sqlite_store_migrates_and_survives_reopen() {
     exercise_budgets(&again).await;
     exercise_keys_and_tenant_budgets(&again).await;
     exercise_collections(&again).await;
+    exercise_jobs(&again, &url).await;
 }
 
 #[tokio::test]
@@ -525,8 +532,153 @@ async fn needs_postgres_store_migrates_and_survives_reopen() {
     exercise_budgets(&again).await;
     exercise_keys_and_tenant_budgets(&again).await;
     exercise_collections(&again).await;
+    exercise_jobs(&again, &db.url).await;
+    exercise_change_notifications(&again).await;
     again.close().await;
     db.drop_db().await;
+}
+
+/// A job's progress moves with the documents it counts, in one
+/// transaction; a job nobody beats for reads as interrupted.
+async fn exercise_jobs(store: &Store, url: &str) {
+    let coll = store.ensure_collection("jobs").await.expect("collection");
+    let job = NewJob {
+        id: "job1",
+        tenant: "t",
+        collection: "jobs",
+        documents: 3,
+        chunks: 4,
+    };
+    store.create_job(&job).await.expect("create");
+    let j = store.job("job1").await.expect("read").expect("there");
+    assert_eq!(
+        (
+            j.status,
+            j.documents_total,
+            j.chunks_total,
+            j.documents_done
+        ),
+        (JobStatus::Queued, 3, 4, 0)
+    );
+    store.start_job("job1").await.expect("start");
+    let step = |documents, chunks| JobStep {
+        id: "job1".into(),
+        documents,
+        chunks,
+    };
+    store
+        .upsert_documents(
+            coll,
+            &[doc("j1", "h", &["a", "b"]), doc("j2", "h", &["c"])],
+            None,
+            Some(&step(2, 3)),
+        )
+        .await
+        .expect("batch");
+    let j = store.job("job1").await.expect("read").expect("there");
+    assert_eq!(
+        (j.status, j.documents_done, j.chunks_done, j.created),
+        (JobStatus::Running, 2, 3, 2)
+    );
+    // A batch refused by a quota moves nothing, the job included.
+    let l = ragtime_store::Limits {
+        owner: "",
+        max_collections: 100,
+        max_documents: 1,
+        max_chunks: 100,
+    };
+    let refused = store
+        .upsert_documents(coll, &[doc("j3", "h", &["d"])], Some(l), Some(&step(1, 1)))
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert_eq!(
+        store
+            .job("job1")
+            .await
+            .expect("read")
+            .expect("there")
+            .documents_done,
+        2
+    );
+    // A batch of unchanged documents still counts.
+    store
+        .upsert_documents(coll, &[], None, Some(&step(1, 1)))
+        .await
+        .expect("unchanged batch");
+    let j = store.job("job1").await.expect("read").expect("there");
+    assert_eq!(
+        (j.documents_done, j.created, j.replaced, j.unchanged),
+        (3, 2, 0, 1)
+    );
+    assert!(!store.job_heartbeat("job1").await.expect("beat"));
+    let asked = store.request_job_cancel("job1").await.expect("cancel");
+    assert!(asked.expect("there").cancel_requested);
+    assert!(
+        store.job_heartbeat("job1").await.expect("beat"),
+        "cancel seen"
+    );
+    store
+        .finish_job("job1", JobStatus::Cancelled, None)
+        .await
+        .expect("finish");
+    let j = store.job("job1").await.expect("read").expect("there");
+    assert_eq!(j.status, JobStatus::Cancelled);
+    assert!(j.finished_ms.is_some());
+    // A job whose record is gone stops.
+    assert!(store.job_heartbeat("nope").await.expect("no such job"));
+    // A running job whose process stopped beating is interrupted.
+    store
+        .create_job(&NewJob { id: "job2", ..job })
+        .await
+        .expect("create");
+    store.start_job("job2").await.expect("start");
+    let backdate = "UPDATE jobs SET heartbeat_ms = heartbeat_ms - 60000 WHERE id = 'job2'";
+    match store.backend() {
+        Backend::Sqlite => {
+            let p = sqlx::SqlitePool::connect(url).await.expect("raw");
+            sqlx::query(backdate).execute(&p).await.expect("backdate");
+        }
+        Backend::Postgres => {
+            let p = sqlx::PgPool::connect(url).await.expect("raw");
+            sqlx::query(backdate).execute(&p).await.expect("backdate");
+        }
+    }
+    let j = store.job("job2").await.expect("read").expect("there");
+    assert_eq!(j.status, JobStatus::Interrupted);
+    let listed = store.jobs("t", 10).await.expect("list");
+    assert_eq!(
+        listed.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(),
+        ["job2", "job1"]
+    );
+    assert!(store.jobs("other", 10).await.expect("list").is_empty());
+    assert_eq!(
+        store.expire_jobs(j.heartbeat_ms + 1).await.expect("expire"),
+        1,
+        "only the one beaten before the cut-off"
+    );
+    assert!(store.job("job2").await.expect("read").is_none());
+    assert!(store.delete_job("job1").await.expect("delete"));
+    assert!(!store.delete_job("job1").await.expect("again"));
+    assert!(store.job("job1").await.expect("read").is_none());
+}
+
+/// A committed change-log entry wakes a listener; nothing else does.
+async fn exercise_change_notifications(store: &Store) {
+    let mut l = store
+        .change_listener()
+        .await
+        .expect("listen")
+        .expect("PostgreSQL has notifications");
+    let quiet = tokio::time::timeout(std::time::Duration::from_millis(300), l.next()).await;
+    assert!(quiet.is_err(), "woken with nothing written");
+    store
+        .create_collection("notified", "", None)
+        .await
+        .expect("create");
+    tokio::time::timeout(std::time::Duration::from_secs(5), l.next())
+        .await
+        .expect("a notification within 5 s of the commit")
+        .expect("listener");
 }
 
 #[tokio::test]

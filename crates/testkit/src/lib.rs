@@ -15,8 +15,8 @@
 use async_trait::async_trait;
 use futures::StreamExt;
 use ragtime_core::{
-    Cancel, Chunk, Embedder, Filter, GenEvent, GenRequest, Generator, Hit, Reranker, Retriever,
-    StageError, TokenStream, Usage,
+    Cancel, Chunk, DocHit, Embedder, Filter, GenEvent, GenRequest, Generator, Hit, Reranker,
+    Retriever, StageError, TokenStream, Usage,
 };
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -212,19 +212,64 @@ impl Retriever for MemoryRetriever {
         }))
     }
 
-    async fn lexical(
+    async fn lexical_documents(
         &self,
         query: &str,
         k: usize,
         filter: &Filter,
+        vector: Option<Arc<Vec<f32>>>,
+        per_document: usize,
         cancel: Cancel,
-    ) -> Result<Vec<Hit>, StageError> {
+    ) -> Result<Vec<DocHit>, StageError> {
         side(self.lexical, &cancel).await?;
         let q: HashSet<String> = words(query).into_iter().collect();
-        Ok(self.ranked(k, filter, |c, _| {
-            let text = format!("{} {}", c.title, c.text);
-            words(&text).iter().filter(|w| q.contains(*w)).count() as f32
-        }))
+        let matches = |text: &str| words(text).iter().filter(|w| q.contains(*w)).count() as f32;
+        // Documents in order of first appearance, with their chunks.
+        let mut docs: Vec<(i64, Vec<&(Arc<Chunk>, Vec<f32>)>)> = Vec::new();
+        for c in self
+            .chunks
+            .iter()
+            .filter(|(c, _)| filter.matches(&c.metadata))
+        {
+            match docs.iter_mut().find(|(d, _)| *d == c.0.document_id) {
+                Some((_, cs)) => cs.push(c),
+                None => docs.push((c.0.document_id, vec![c])),
+            }
+        }
+        let mut hits: Vec<DocHit> = docs
+            .into_iter()
+            .map(|(document_id, cs)| {
+                let text: String = cs
+                    .iter()
+                    .map(|(c, _)| format!("{} {} ", c.title, c.text))
+                    .collect();
+                let mut chunks: Vec<Hit> = cs
+                    .iter()
+                    .map(|(c, v)| Hit {
+                        chunk_id: c.chunk_id,
+                        score: match &vector {
+                            Some(q) => v.iter().zip(q.iter()).map(|(a, b)| a * b).sum(),
+                            None => matches(&format!("{} {}", c.title, c.text)),
+                        },
+                    })
+                    .collect();
+                chunks.sort_by(|a, b| b.score.total_cmp(&a.score));
+                chunks.truncate(per_document);
+                DocHit {
+                    document_id,
+                    score: matches(&text),
+                    chunks,
+                }
+            })
+            .filter(|d| d.score > 0.0)
+            .collect();
+        hits.sort_by(|a, b| {
+            b.score
+                .total_cmp(&a.score)
+                .then(a.document_id.cmp(&b.document_id))
+        });
+        hits.truncate(k);
+        Ok(hits)
     }
 
     fn chunk(&self, id: i64) -> Option<Arc<Chunk>> {

@@ -310,12 +310,36 @@ async fn shutdown_signal() {
 const FOLLOW_EVERY: Duration = Duration::from_millis(500);
 
 /// Applies what other replicas and `ragtime ingest` write to the store to
-/// this process's indexes; runs for the process's life.
+/// this process's indexes; runs for the process's life. On PostgreSQL a
+/// notification wakes it as a change commits; it polls as well (SQLite has
+/// no notifications, and one can be lost while a connection is down).
 async fn follow_store(pipeline: Arc<ragtime_pipeline::Pipeline>) {
     let mut every = tokio::time::interval(FOLLOW_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut listener = match pipeline.corpus.store.change_listener().await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(error = %e, "LISTEN on the store failed; following by polling only");
+            None
+        }
+    };
     loop {
-        every.tick().await;
+        match listener.as_mut() {
+            Some(l) => tokio::select! {
+                _ = every.tick() => {}
+                r = l.next() => {
+                    if let Err(e) = r {
+                        tracing::warn!(error = %e, "the store's change notifications broke off; polling until they are back");
+                        // Not in a loop on a dead connection: the next
+                        // try comes after a polling interval.
+                        every.tick().await;
+                    }
+                }
+            },
+            None => {
+                every.tick().await;
+            }
+        }
         match pipeline.corpus.follow().await {
             Ok(_) => {
                 let lag = pipeline.corpus.lag();
@@ -345,12 +369,13 @@ async fn unload_idle(pipeline: Arc<ragtime_pipeline::Pipeline>, idle_s: u64) {
     }
 }
 
-/// Removes conversations' messages older than `days` (0: keeps them), at
-/// start and every hour after; runs for the process's life.
+/// How long a job's record is kept after it last moved.
+const JOB_RETENTION_MS: i64 = 7 * 86_400_000;
+
+/// Removes conversations' messages older than `days` (0: keeps them) and
+/// jobs that ended over a week ago, at start and every hour after; runs
+/// for the process's life.
 async fn expire_conversations(store: ragtime_store::Store, days: u32) {
-    if days == 0 {
-        return;
-    }
     let keep_ms = i64::from(days) * 86_400_000;
     let mut every = tokio::time::interval(Duration::from_secs(3600));
     loop {
@@ -358,6 +383,14 @@ async fn expire_conversations(store: ragtime_store::Store, days: u32) {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        match store.expire_jobs(now - JOB_RETENTION_MS).await {
+            Ok(0) => {}
+            Ok(jobs) => tracing::info!(jobs, "ended jobs' records removed"),
+            Err(e) => tracing::warn!(error = %e, "removing ended jobs failed"),
+        }
+        if days == 0 {
+            continue;
+        }
         match store.expire_conversations(now - keep_ms).await {
             Ok((0, 0)) => {}
             Ok((messages, conversations)) => tracing::info!(

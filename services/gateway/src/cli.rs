@@ -1,8 +1,12 @@
-//! `ragtime ingest`: files from the command line into the store.
+//! `ragtime ingest`: files from the command line into the store, or to a
+//! running server as jobs whose progress it shows.
 
 use crate::config::Config;
 use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::Value;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// Reads every file first (so a bad file writes nothing), then ingests in
 /// batches, printing progress and throughput.
@@ -18,14 +22,7 @@ pub async fn ingest_files(
         "--collection: must be 1 to 64 characters of letters, digits, '_', '-' or '.'"
     );
     let mut docs = Vec::new();
-    let mut listed = Vec::new();
-    for f in files {
-        if f.is_dir() {
-            walk(f, &mut listed).with_context(|| format!("cannot list {}", f.display()))?;
-        } else {
-            listed.push(f.clone());
-        }
-    }
+    let listed = list(files)?;
     let mut parsed = Vec::new();
     for f in &listed {
         let bytes = std::fs::read(f).with_context(|| format!("cannot read {}", f.display()))?;
@@ -43,6 +40,7 @@ pub async fn ingest_files(
     let t0 = std::time::Instant::now();
     let (mut n_docs, mut n_chunks, mut unchanged) = (0usize, 0usize, 0usize);
     let total = docs.len();
+    let bar = bar(total as u64, "documents");
     let mut it = docs.into_iter().peekable();
     let batches = std::iter::from_fn(|| {
         it.peek()
@@ -59,14 +57,205 @@ pub async fn ingest_files(
                     n_chunks += r.chunks;
                 }
             }
-            eprintln!("ingest: {n_docs}/{total} documents");
+            bar.set_position(n_docs as u64);
+            if bar.is_hidden() {
+                // Not a terminal: a line per batch for logs.
+                eprintln!("ingest: {n_docs}/{total} documents");
+            }
         })
         .await?;
+    bar.finish_and_clear();
     let secs = t0.elapsed().as_secs_f64();
     println!(
         "ingested {n_docs} documents into {collection:?} ({unchanged} unchanged, {n_chunks} chunks embedded) in {secs:.1} s: {:.0} chunks/s",
         n_chunks as f64 / secs.max(1e-9)
     );
+    Ok(())
+}
+
+/// The files named, folders walked.
+fn list(files: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut listed = Vec::new();
+    for f in files {
+        if f.is_dir() {
+            walk(f, &mut listed).with_context(|| format!("cannot list {}", f.display()))?;
+        } else {
+            listed.push(f.clone());
+        }
+    }
+    Ok(listed)
+}
+
+/// A progress bar on stderr (drawn only on a terminal).
+fn bar(len: u64, unit: &str) -> ProgressBar {
+    let bar = ProgressBar::new(len);
+    let template = format!("{{elapsed_precise}} {{wide_bar}} {{pos}}/{{len}} {unit} {{msg}}");
+    if let Ok(style) = ProgressStyle::with_template(&template) {
+        bar.set_style(style);
+    }
+    bar
+}
+
+/// Files sent in one request at most (the server's default body limit is
+/// 32 MiB; multipart framing adds a little).
+const REQUEST_BYTES: u64 = 24 * 1024 * 1024;
+
+/// Sends `files` to the server at `server` as ingest jobs (one per request
+/// of at most [`REQUEST_BYTES`]), then follows the jobs to their end with
+/// a progress bar over their chunks. Ctrl-C cancels them (what they
+/// committed stays).
+pub async fn ingest_remote(
+    server: &str,
+    api_key: Option<&str>,
+    collection: &str,
+    files: &[PathBuf],
+) -> anyhow::Result<()> {
+    let server = server.trim_end_matches('/');
+    let listed = list(files)?;
+    anyhow::ensure!(!listed.is_empty(), "no file of a known type to send");
+    let http = reqwest::Client::new();
+    let auth = |r: reqwest::RequestBuilder| match api_key {
+        Some(k) => r.bearer_auth(k),
+        None => r,
+    };
+    // Files grouped into requests under the size limit.
+    let mut groups: Vec<Vec<PathBuf>> = vec![Vec::new()];
+    let mut size = 0u64;
+    for f in listed {
+        let len = std::fs::metadata(&f)
+            .with_context(|| format!("cannot read {}", f.display()))?
+            .len();
+        if size + len > REQUEST_BYTES && groups.last().is_some_and(|g| !g.is_empty()) {
+            groups.push(Vec::new());
+            size = 0;
+        }
+        size += len;
+        if let Some(g) = groups.last_mut() {
+            g.push(f);
+        }
+    }
+    let mut jobs = Vec::new();
+    for group in groups {
+        let mut form = reqwest::multipart::Form::new()
+            .text("collection", collection.to_owned())
+            .text("async", "true");
+        for f in &group {
+            let bytes = std::fs::read(f).with_context(|| format!("cannot read {}", f.display()))?;
+            let part = reqwest::multipart::Part::bytes(bytes).file_name(f.display().to_string());
+            form = form.part("file", part);
+        }
+        let resp = auth(http.post(format!("{server}/v1/documents")))
+            .multipart(form)
+            .send()
+            .await
+            .with_context(|| format!("cannot reach {server}"))?;
+        let status = resp.status();
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        anyhow::ensure!(
+            status == reqwest::StatusCode::ACCEPTED,
+            "the server refused the upload ({status}): {}",
+            body["error"]["message"].as_str().unwrap_or("no message")
+        );
+        let id = body["id"]
+            .as_str()
+            .context("the server's answer has no job id")?;
+        jobs.push(id.to_owned());
+    }
+    let bar = bar(0, "chunks");
+    let t0 = std::time::Instant::now();
+    let mut stop = std::pin::pin!(tokio::signal::ctrl_c());
+    let states = loop {
+        let mut states = Vec::with_capacity(jobs.len());
+        for id in &jobs {
+            let r = auth(http.get(format!("{server}/v1/jobs/{id}")))
+                .send()
+                .await
+                .with_context(|| format!("cannot reach {server}"))?;
+            anyhow::ensure!(r.status().is_success(), "job {id}: {}", r.status());
+            states.push(r.json::<Value>().await?);
+        }
+        let sum = |f: &str, g: &str| {
+            states
+                .iter()
+                .map(|j| j[f][g].as_u64().unwrap_or(0))
+                .sum::<u64>()
+        };
+        bar.set_length(sum("chunks", "total"));
+        bar.set_position(sum("chunks", "done"));
+        let eta = states
+            .iter()
+            .filter_map(|j| j["eta_seconds"].as_f64())
+            .fold(0.0, f64::max);
+        bar.set_message(format!(
+            "· {}/{} documents{}",
+            sum("documents", "done"),
+            sum("documents", "total"),
+            if eta > 0.0 {
+                format!(" · about {eta:.0} s to go")
+            } else {
+                String::new()
+            }
+        ));
+        let active = |j: &Value| matches!(j["status"].as_str(), Some("queued" | "running"));
+        if !states.iter().any(active) {
+            break states;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            _ = &mut stop => {
+                bar.println("cancelling (what is committed stays)…");
+                // Cancelling removes a job: its answer is its last state.
+                let mut last = Vec::with_capacity(jobs.len());
+                for (id, before) in jobs.iter().zip(states) {
+                    let r = auth(http.delete(format!("{server}/v1/jobs/{id}"))).send().await;
+                    let after = match r {
+                        Ok(r) if r.status().is_success() => r.json::<Value>().await.ok(),
+                        _ => None,
+                    };
+                    last.push(after.unwrap_or(before));
+                }
+                break last;
+            }
+        }
+    };
+    bar.finish_and_clear();
+    let count = |f: &str| {
+        states
+            .iter()
+            .map(|j| j[f].as_u64().unwrap_or(0))
+            .sum::<u64>()
+    };
+    let chunks: u64 = states
+        .iter()
+        .map(|j| j["chunks"]["done"].as_u64().unwrap_or(0))
+        .sum();
+    let secs = t0.elapsed().as_secs_f64();
+    println!(
+        "{} documents into {collection:?} on {server} ({} created, {} replaced, {} unchanged; {chunks} chunks) in {secs:.1} s",
+        states
+            .iter()
+            .map(|j| j["documents"]["done"].as_u64().unwrap_or(0))
+            .sum::<u64>(),
+        count("created"),
+        count("replaced"),
+        count("unchanged"),
+    );
+    let failed: Vec<String> = states
+        .iter()
+        .filter(|j| j["status"] != "done")
+        .map(|j| {
+            format!(
+                "job {} {}{}",
+                j["id"].as_str().unwrap_or("?"),
+                j["status"].as_str().unwrap_or("?"),
+                j["error"]
+                    .as_str()
+                    .map(|e| format!(": {e}"))
+                    .unwrap_or_default()
+            )
+        })
+        .collect();
+    anyhow::ensure!(failed.is_empty(), "{}", failed.join("; "));
     Ok(())
 }
 

@@ -132,6 +132,18 @@ pub struct LimitsConfig {
     /// Collections whose indexes load at start, the largest first; the
     /// rest load at their first request.
     pub preload_collections: usize,
+    /// Ingests (`POST /v1/documents`, uploads) running at once over all
+    /// tenants; one more answers 503 `overloaded` with `Retry-After` (0:
+    /// no limit). Each holds its documents' text and vectors until it
+    /// commits, so this bounds ingest memory beside the embedding queue.
+    pub max_concurrent_ingests: usize,
+    /// Ingest jobs a replica holds, queued or running; one more answers
+    /// 503 `overloaded` (0: no limit). A running job takes one of
+    /// `max_concurrent_ingests`.
+    pub max_jobs: usize,
+    /// An ingest whose documents' text is larger than this (or that has
+    /// more than 1,000 documents) runs as a job: 202 with its id.
+    pub job_above_bytes: usize,
 }
 
 impl Default for LimitsConfig {
@@ -146,6 +158,9 @@ impl Default for LimitsConfig {
             max_chunks: q.max_chunks,
             idle_unload_s: 0,
             preload_collections: 1000,
+            max_concurrent_ingests: 8,
+            max_jobs: 16,
+            job_above_bytes: 4 * 1024 * 1024,
         }
     }
 }
@@ -284,6 +299,22 @@ pub struct ChunkingConfig {
     pub max_tokens: usize,
     /// Tokens shared by consecutive chunks.
     pub overlap_tokens: usize,
+    /// What BM25 ranks documents by (`RAGTIME__CHUNKING__LEXICAL`):
+    /// `documents` (whole documents, title and text as fields; better on
+    /// collections of short documents, e.g. abstracts), `chunks` (a
+    /// document ranks by its best chunk; better on long, many-section
+    /// documents such as manuals), or `auto` (per collection: documents
+    /// while they average at most 8 chunks, else chunks).
+    pub lexical: Lexical,
+}
+
+/// [`ChunkingConfig::lexical`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Lexical {
+    Documents,
+    Chunks,
+    Auto,
 }
 
 impl Default for ChunkingConfig {
@@ -291,6 +322,7 @@ impl Default for ChunkingConfig {
         Self {
             max_tokens: 128,
             overlap_tokens: 24,
+            lexical: Lexical::Auto,
         }
     }
 }
@@ -299,8 +331,11 @@ impl Default for ChunkingConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct RerankConfig {
     /// A BERT-style cross-encoder exported to ONNX (`RAGTIME__RERANK__MODEL_DIR`):
-    /// `model.onnx` (or `model_file`) and `tokenizer.json`. Unset: no reranking.
+    /// its ONNX file and `tokenizer.json`. Unset: no reranking.
     pub model_dir: Option<PathBuf>,
+    /// The ONNX file in `model_dir`; empty: `model-int8.onnx` where there
+    /// is one (about twice as fast on CPU, so the default budget scores
+    /// every candidate), else `model.onnx`.
     pub model_file: String,
     /// Candidates reranked, best-first by retrieval rank.
     pub depth: usize,
@@ -315,7 +350,7 @@ impl Default for RerankConfig {
     fn default() -> Self {
         Self {
             model_dir: None,
-            model_file: "model.onnx".into(),
+            model_file: String::new(),
             depth: 20,
             batch: 4,
             weight: ragtime_pipeline::rerank::DEFAULT_WEIGHT,

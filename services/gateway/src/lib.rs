@@ -4,7 +4,7 @@
 
 mod app;
 mod auth;
-mod cli;
+pub mod cli;
 pub mod config;
 pub mod error;
 mod extract;

@@ -111,9 +111,15 @@ pub async fn corpus(
         max_documents: l.max_documents,
         max_chunks: l.max_chunks,
     };
+    let unit = match config.chunking.lexical {
+        crate::config::Lexical::Documents => ragtime_pipeline::LexicalUnit::Documents,
+        crate::config::Lexical::Chunks => ragtime_pipeline::LexicalUnit::Chunks,
+        crate::config::Lexical::Auto => ragtime_pipeline::LexicalUnit::Auto,
+    };
     Ok(Corpus::new(store, embedder, chunker, p)
         .with_quotas(quotas)
-        .with_preload(l.preload_collections))
+        .with_preload(l.preload_collections)
+        .with_lexical_unit(unit))
 }
 
 async fn reranker(config: &Config) -> Result<Option<Arc<dyn Reranker>>, String> {
@@ -121,18 +127,24 @@ async fn reranker(config: &Config) -> Result<Option<Arc<dyn Reranker>>, String> 
         return Ok(None);
     };
     let r = &config.rerank;
+    let model_file = match r.model_file.as_str() {
+        "" if dir.join("model-int8.onnx").is_file() => "model-int8.onnx".to_owned(),
+        "" => "model.onnx".to_owned(),
+        f => f.to_owned(),
+    };
     let opts = RerankOptions {
         model_dir: dir.clone(),
-        model_file: r.model_file.clone(),
+        model_file,
         ort_lib: config.embed.ort_lib.clone(),
         intra_threads: config.embed.intra_threads,
         max_tokens: r.max_tokens,
     };
+    let opts_file = opts.model_file.clone();
     let ce = tokio::task::spawn_blocking(move || CrossEncoder::load(&opts))
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("reranker: {e}"))?;
-    tracing::info!(dir = %dir.display(), "cross-encoder loaded and warmed");
+    tracing::info!(dir = %dir.display(), file = %opts_file, "cross-encoder loaded and warmed");
     Ok(Some(Arc::new(CrossEncoderReranker(Arc::new(ce)))))
 }
 
@@ -176,6 +188,8 @@ pub async fn load(state: &AppState, overrides: Overrides) -> Result<Pipeline, St
         },
         answer: config.answers(),
         capture_content: config.telemetry.capture_content,
+        max_concurrent_ingests: config.limits.max_concurrent_ingests,
+        max_jobs: config.limits.max_jobs,
     };
     Ok(Pipeline::new(
         corpus,

@@ -35,6 +35,14 @@ enum Command {
         /// Documents per transaction.
         #[arg(long, default_value_t = 64)]
         batch: usize,
+        /// Send the files to a running server instead (its URL, e.g.
+        /// http://localhost:8080): they are ingested there as jobs, whose
+        /// progress is shown; Ctrl-C cancels them.
+        #[arg(long, env = "RAGTIME_SERVER")]
+        server: Option<String>,
+        /// The API key for --server.
+        #[arg(long, env = "RAGTIME_API_KEY", hide_env_values = true)]
+        api_key: Option<String>,
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
@@ -77,10 +85,28 @@ async fn main() -> std::process::ExitCode {
             }
         }
         Command::Ingest {
+            server: Some(server),
+            api_key,
+            collection,
+            files,
+            ..
+        } => match ragtime_gateway::cli::ingest_remote(
+            &server,
+            api_key.as_deref(),
+            &collection,
+            &files,
+        )
+        .await
+        {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => fail(&format!("{e:#}")),
+        },
+        Command::Ingest {
             config,
             collection,
             batch,
             files,
+            ..
         } => {
             let config = match Config::load(config.as_deref()) {
                 Ok(c) => c,

@@ -1,6 +1,9 @@
 //! `POST /v1/documents` (JSON, or files as `multipart/form-data`), `GET`
 //! and `DELETE /v1/documents/{id}`. Every document is validated before
 //! anything is written; a 200 means every listed document is committed.
+//! A large ingest (over `limits.job_above_bytes` of text or 1,000
+//! documents), or one that asks with `"async": true`, runs as a job: 202
+//! with the job (`GET /v1/jobs/{id}` follows it).
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorCode};
@@ -10,7 +13,9 @@ use crate::state::AppState;
 use axum::Json;
 use axum::extract::{FromRequest, Multipart, Request, State};
 use axum::http::header;
+use axum::response::{IntoResponse, Response};
 use ragtime_core::Tenant;
+use ragtime_pipeline::IngestSlot;
 use ragtime_pipeline::corpus::IngestDoc;
 use ragtime_store::Upsert;
 use serde::{Deserialize, Serialize};
@@ -18,7 +23,10 @@ use serde_json::{Map, Value};
 use std::sync::Arc;
 use utoipa::{IntoParams, ToSchema};
 
+/// Documents an ingest answered at once may hold; more run as a job.
 const MAX_DOCS: usize = 1000;
+/// Documents one request may hold.
+const MAX_JOB_DOCS: usize = 100_000;
 const MAX_ID: usize = 256;
 const MAX_TEXT: usize = 2_000_000;
 
@@ -54,9 +62,13 @@ pub struct IngestIn {
     #[serde(default = "default_collection")]
     #[schema(pattern = "^[A-Za-z0-9_.-]{1,64}$")]
     collection: String,
-    /// 1 to 1,000 documents, ids unique in the request.
-    #[schema(min_items = 1, max_items = 1000)]
+    /// 1 to 100,000 documents, ids unique in the request (over 1,000
+    /// run as a job).
+    #[schema(min_items = 1, max_items = 100000)]
     documents: Vec<DocumentIn>,
+    /// Run as a job: answer 202 with it at once (large ingests do anyway).
+    #[serde(default, rename = "async")]
+    run_async: bool,
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -169,13 +181,13 @@ impl DocumentIn {
     }
 }
 
-/// Every document checked, ids unique in the request, at most `MAX_DOCS`.
+/// Every document checked, ids unique in the request, at most `MAX_JOB_DOCS`.
 fn check_all(docs: Vec<(String, DocumentIn)>, field: &str) -> Result<Vec<IngestDoc>, ApiError> {
     if docs.is_empty() {
         return Err(ApiError::invalid(field, "must not be empty"));
     }
-    if docs.len() > MAX_DOCS {
-        let msg = format!("at most {MAX_DOCS} documents per request");
+    if docs.len() > MAX_JOB_DOCS {
+        let msg = format!("at most {MAX_JOB_DOCS} documents per request");
         return Err(ApiError::invalid(field, msg));
     }
     let mut seen = std::collections::HashSet::new();
@@ -193,11 +205,21 @@ fn check_all(docs: Vec<(String, DocumentIn)>, field: &str) -> Result<Vec<IngestD
 
 async fn ingest(
     state: &AppState,
+    slot: IngestSlot,
     tenant: &Tenant,
     collection: String,
     docs: Vec<IngestDoc>,
-) -> Result<Json<IngestOut>, ApiError> {
-    let (done, corpus_version) = state.pipeline()?.ingest(tenant, &collection, docs).await?;
+    run_async: bool,
+) -> Result<Response, ApiError> {
+    let pipeline = state.pipeline()?;
+    let bytes: usize = docs.iter().map(|d| d.text.len() + d.title.len()).sum();
+    if run_async || docs.len() > MAX_DOCS || bytes > state.config.limits.job_above_bytes {
+        // The job takes its own slot when it runs.
+        drop(slot);
+        let job = pipeline.submit_job(tenant, &collection, docs).await?;
+        return Ok(super::jobs::Accepted(job).into_response());
+    }
+    let (done, corpus_version) = pipeline.ingest(slot, tenant, &collection, docs).await?;
     let documents = done
         .into_iter()
         .map(|r| IngestedOut {
@@ -214,26 +236,34 @@ async fn ingest(
         collection,
         documents,
         corpus_version,
-    }))
+    })
+    .into_response())
 }
 
 /// Ingest documents: JSON, or files as `multipart/form-data`. A 200 means
-/// every listed document is committed.
+/// every listed document is committed; a 202 answers a job (large
+/// ingests, or `"async": true`).
 #[utoipa::path(post, path = "/v1/documents", tag = "documents",
     request_body(content((IngestIn = "application/json"), (Object = "multipart/form-data")),
-        description = "JSON documents, or `file` parts (.txt, .md, .html, .pdf, BEIR .jsonl/.jsonl.gz) with optional `collection` and `metadata` fields"),
-    responses((status = 200, description = "What happened to each document", body = IngestOut)))]
+        description = "JSON documents, or `file` parts (.txt, .md, .html, .pdf, BEIR .jsonl/.jsonl.gz) with optional `collection`, `metadata` and `async` (`true`) fields"),
+    responses(
+        (status = 200, description = "What happened to each document", body = IngestOut),
+        (status = 202, description = "A job ingests them (`Location` names it)", body = super::jobs::JobOut,
+            headers(("location" = String, description = "`/v1/jobs/{id}`")))))]
 pub async fn create(
     State(state): State<Arc<AppState>>,
     Caller(tenant): Caller,
     req: Request,
-) -> Result<Json<IngestOut>, ApiError> {
+) -> Result<Response, ApiError> {
     let multipart = req
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|ct| ct.to_ascii_lowercase().starts_with("multipart/form-data"));
-    let (collection, docs) = if multipart {
+    // A slot first: an ingest past the limit is refused before its body
+    // is read.
+    let slot = state.pipeline()?.ingest_slot()?;
+    let (collection, docs, run_async) = if multipart {
         let form = Multipart::from_request(req, &state).await.map_err(|e| {
             ApiError::invalid("body", format!("bad multipart body: {}", e.body_text()))
         })?;
@@ -243,9 +273,9 @@ pub async fn create(
         check_collection(&req.collection, "collection")?;
         let docs = req.documents.into_iter().enumerate();
         let docs = docs.map(|(i, d)| (format!("documents[{i}]"), d)).collect();
-        (req.collection, check_all(docs, "documents")?)
+        (req.collection, check_all(docs, "documents")?, req.run_async)
     };
-    ingest(&state, &tenant, collection, docs).await
+    ingest(&state, slot, &tenant, collection, docs, run_async).await
 }
 
 fn not_found(id: &str, collection: &str) -> ApiError {
@@ -358,11 +388,12 @@ fn multipart_error(e: &axum::extract::multipart::MultipartError) -> ApiError {
 }
 
 /// Files uploaded as `multipart/form-data`: one or more `file` parts,
-/// optional `collection` and `metadata` (a JSON object applied to every
-/// document) text parts. Every file is read and checked before anything
-/// is written.
-async fn upload(mut form: Multipart) -> Result<(String, Vec<IngestDoc>), ApiError> {
+/// optional `collection`, `metadata` (a JSON object applied to every
+/// document) and `async` (`true` or `false`) text parts. Every file is
+/// read and checked before anything is written.
+async fn upload(mut form: Multipart) -> Result<(String, Vec<IngestDoc>, bool), ApiError> {
     let mut collection = default_collection();
+    let mut run_async = false;
     let mut extra = Map::new();
     let mut parsed_files = Vec::new();
     // The field each document came from, in order.
@@ -372,6 +403,14 @@ async fn upload(mut form: Multipart) -> Result<(String, Vec<IngestDoc>), ApiErro
         let name = field.name().unwrap_or_default().to_owned();
         match name.as_str() {
             "collection" => collection = field.text().await.map_err(|e| multipart_error(&e))?,
+            "async" => {
+                let text = field.text().await.map_err(|e| multipart_error(&e))?;
+                run_async = match text.trim() {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(ApiError::invalid("async", "must be true or false")),
+                };
+            }
             "metadata" => {
                 let text = field.text().await.map_err(|e| multipart_error(&e))?;
                 match serde_json::from_str(&text) {
@@ -395,7 +434,7 @@ async fn upload(mut form: Multipart) -> Result<(String, Vec<IngestDoc>), ApiErro
                 parsed_files.push(parsed);
             }
             other => {
-                let msg = "unknown form field; use file, collection or metadata";
+                let msg = "unknown form field; use file, collection, metadata or async";
                 return Err(ApiError::invalid(other, msg));
             }
         }
@@ -428,5 +467,5 @@ async fn upload(mut form: Multipart) -> Result<(String, Vec<IngestDoc>), ApiErro
             (path, doc)
         })
         .collect();
-    Ok((collection, check_all(docs, "file")?))
+    Ok((collection, check_all(docs, "file")?, run_async))
 }

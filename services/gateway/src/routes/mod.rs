@@ -6,6 +6,7 @@ pub mod collections;
 mod documents;
 mod embeddings;
 mod health;
+mod jobs;
 mod metrics;
 pub mod openapi;
 mod search;
@@ -43,6 +44,8 @@ pub fn router(state: Arc<AppState>) -> Router {
             "/v1/collections/{name}",
             get(collections::get).delete(collections::delete),
         )
+        .route("/v1/jobs", get(jobs::list))
+        .route("/v1/jobs/{id}", get(jobs::get).delete(jobs::cancel))
         .route("/v1/search", post(search::search))
         .route("/v1/chat/completions", post(chat::completions))
         .route("/v1/models", get(chat::models))

@@ -517,3 +517,85 @@ async fn bad_chat_requests_name_the_field_and_reach_no_backend() {
     assert!(b["data"][0]["id"].is_string());
     app.shutdown().await.expect("shutdown");
 }
+
+/// A long text on `topic`: `n` sentences, enough for several chunks.
+fn long_text(topic: &str, n: usize) -> String {
+    (0..n)
+        .map(|i| format!("Sentence {i} of the notes on {topic} says something about {topic} and its history number {i}."))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_prompt_holds_the_passages_search_returns_grouped_by_document() {
+    let fake = FakeLlm::start(Behaviour::Answer {
+        tokens: 3,
+        gap: Duration::from_millis(1),
+    })
+    .await;
+    let app = TestApp::builder().llm(&fake).spawn().await;
+    app.ingest(json!({"documents": [
+        {"id": "glaciers", "title": "Glaciers", "text": long_text("glaciers", 40)},
+        {"id": "volcanoes", "title": "Volcanoes", "text": long_text("volcanoes and glaciers", 40)},
+        {"id": "rivers", "title": "Rivers", "text": long_text("rivers", 40)},
+    ]}))
+    .await;
+    let q = "What do the notes say about glaciers?";
+    let found = app.search(json!({"query": q, "top_k": 4})).await;
+    let results = found["results"].as_array().cloned().unwrap_or_default();
+    assert!(results.len() >= 2, "{found}");
+    // Passages come document by document, at most three of each.
+    let docs: Vec<&str> = results
+        .iter()
+        .filter_map(|r| r["document_id"].as_str())
+        .collect();
+    let mut order: Vec<&str> = docs.clone();
+    order.dedup();
+    let mut distinct = order.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(
+        order.len(),
+        distinct.len(),
+        "a document's passages are together: {docs:?}"
+    );
+    for d in &distinct {
+        assert!(docs.iter().filter(|x| *x == d).count() <= 3, "{docs:?}");
+    }
+
+    let mut body = ask(q);
+    body["top_k"] = json!(4);
+    let b = app.chat(body).await;
+    assert_eq!(b["partial"], false, "{b}");
+    let seen = fake.seen();
+    let system = seen[0].body["messages"][0]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    // The prompt's sources are the search's passages, in its order (as
+    // many as the prompt has room for).
+    let mut at = 0;
+    let mut sources = 0;
+    for (i, r) in results.iter().enumerate() {
+        let text = r["text"].as_str().unwrap_or_default();
+        let marker = format!("\n[{}] ", i + 1);
+        let Some(p) = system[at..].find(&marker) else {
+            break;
+        };
+        sources += 1;
+        at += p;
+        let block = &system[at..];
+        assert!(
+            block.contains(&text[..text.len().min(60)]),
+            "source {} is not search result {}:\n{system}",
+            i + 1,
+            i + 1
+        );
+    }
+    assert!(sources >= 2, "{sources} sources in the prompt:\n{system}");
+    assert!(
+        !system.contains(&format!("\n[{}] ", results.len() + 1)),
+        "the prompt holds a passage search did not return:\n{system}"
+    );
+    app.shutdown().await.expect("shutdown");
+}

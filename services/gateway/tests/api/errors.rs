@@ -170,6 +170,9 @@ async fn every_route_refuses_bad_input_with_a_json_error() {
         (Method::POST, "/v1/documents", true, false),
         (Method::GET, "/v1/documents/{}", false, true),
         (Method::DELETE, "/v1/documents/{}", false, true),
+        (Method::GET, "/v1/jobs", false, true),
+        (Method::GET, "/v1/jobs/{}", false, false),
+        (Method::DELETE, "/v1/jobs/{}", false, false),
         (Method::GET, "/v1/collections", false, false),
         (Method::POST, "/v1/collections", true, false),
         (Method::GET, "/v1/collections/{}", false, false),
@@ -290,5 +293,5 @@ async fn every_route_refuses_bad_input_with_a_json_error() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 74, "every route, every way it can be provoked");
+    assert_eq!(checked, 79, "every route, every way it can be provoked");
 }

@@ -33,6 +33,7 @@ enum Llm {
 pub struct Builder {
     tweaks: Vec<Tweak>,
     real_embeddings: bool,
+    embed_delay: Duration,
     llm: Llm,
     data: Option<PathBuf>,
     ready: bool,
@@ -43,6 +44,12 @@ impl Builder {
     /// the semantic cache's paraphrases).
     pub fn real_embeddings(mut self) -> Self {
         self.real_embeddings = true;
+        self
+    }
+
+    /// Hash embeddings, each call taking `delay` (slow bulk embedding).
+    pub fn slow_embeddings(mut self, delay: Duration) -> Self {
+        self.embed_delay = delay;
         self
     }
 
@@ -117,7 +124,9 @@ impl Builder {
         }
         let mut overrides = Overrides::default();
         if !self.real_embeddings {
-            overrides.embedder = Some(Arc::new(HashEmbedder::new(384)));
+            overrides.embedder = Some(Arc::new(
+                HashEmbedder::new(384).with_delay(self.embed_delay),
+            ));
         }
         let app = Application::build_with(c, overrides)
             .await
@@ -165,6 +174,7 @@ impl TestApp {
         Builder {
             tweaks: Vec::new(),
             real_embeddings: false,
+            embed_delay: Duration::ZERO,
             llm: Llm::Default,
             data: None,
             ready: true,

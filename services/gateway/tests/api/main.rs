@@ -13,6 +13,8 @@ mod errors;
 mod fake_llm;
 mod health;
 mod helpers;
+mod jobs;
+mod k8s;
 mod lifecycle;
 mod load;
 mod observability;

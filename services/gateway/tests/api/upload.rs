@@ -587,3 +587,63 @@ async fn uploaded_pages_keep_their_sections_and_lose_their_chrome() {
     );
     app.shutdown().await.expect("shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ingest_past_the_concurrent_limit_is_refused_and_writes_nothing() {
+    let app = TestApp::builder()
+        .real_embeddings()
+        .config(|c| c.limits.max_concurrent_ingests = 1)
+        .spawn()
+        .await;
+    // A long document: its embedding keeps the one ingest slot for a while.
+    let long: String = (0..3000)
+        .map(|i| format!("Paragraph {i} discusses glaciers, rivers and erosion at length."))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let first = {
+        let app_url = app.url("/v1/documents");
+        let http = reqwest::Client::new();
+        tokio::spawn(async move {
+            http.post(app_url)
+                .json(&json!({"documents": [{"id": "long", "text": long}]}))
+                .send()
+                .await
+                .expect("first ingest")
+                .status()
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let r = app
+        .post_json(
+            "/v1/documents",
+            json!({"documents": [{"id": "short", "text": "Comets have tails."}]}),
+        )
+        .await;
+    assert!(r.headers().contains_key("retry-after"));
+    let (status, code, _, body) = error_of(r).await;
+    assert_eq!((status, code.as_str()), (503, "overloaded"), "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("limits.max_concurrent_ingests")),
+        "{body}"
+    );
+    assert_eq!(first.await.expect("join"), 200);
+    // Refused, so not stored; once the slot is free the same write goes in.
+    let found = search_ids(&app, json!({"query": "comets tails"})).await;
+    assert!(!found.iter().any(|d| d == "short"), "{found:?}");
+    let r = app
+        .post_json(
+            "/v1/documents",
+            json!({"documents": [{"id": "short", "text": "Comets have tails."}]}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let found = search_ids(&app, json!({"query": "comets tails"})).await;
+    assert_eq!(
+        found.first().map(String::as_str),
+        Some("short"),
+        "{found:?}"
+    );
+    app.shutdown().await.expect("shutdown");
+}

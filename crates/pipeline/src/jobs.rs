@@ -1,0 +1,278 @@
+//! Ingest jobs: a large upload answers at once with a job and runs in the
+//! background on this replica, in batches. Each batch is chunked and
+//! embedded, then committed with the job's progress in one transaction
+//! (see `ragtime_store::JobStep`), so a crash leaves every counted
+//! document whole and searchable and none half there. A job takes one
+//! ingest slot while it runs (queued until one is free) and stops at its
+//! next batch when cancelled — here or on any replica (the store carries
+//! the request, read at each heartbeat).
+
+use crate::PipelineError;
+use crate::corpus::{CorpusError, IngestDoc, Ingested};
+use crate::service::{AbortOnDrop, Pipeline};
+use ragtime_core::{StageError, Tenant};
+use ragtime_store::{JOB_HEARTBEAT_MS, JobRecord, JobStatus, JobStep, NewJob};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// Documents per batch: one transaction, one step of progress.
+pub const JOB_BATCH_DOCUMENTS: usize = 32;
+
+/// The jobs running (or queued) on this replica, each with the switch that
+/// stops it.
+#[derive(Default)]
+pub(crate) struct Jobs {
+    live: Mutex<HashMap<String, watch::Sender<bool>>>,
+}
+
+impl Jobs {
+    fn stop(&self, id: &str) -> bool {
+        let live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+        live.get(id).map(|s| s.send_replace(true)).is_some()
+    }
+
+    fn remove(&self, id: &str) {
+        self.live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(id);
+    }
+
+    /// How many jobs this replica holds.
+    pub(crate) fn len(&self) -> usize {
+        self.live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+}
+
+fn internal(e: impl std::fmt::Display) -> PipelineError {
+    PipelineError::Internal(e.to_string())
+}
+
+impl Pipeline {
+    /// Starts a job ingesting `docs` into `collection` of `tenant`; returns
+    /// it as recorded (queued). Refused as busy past
+    /// `limits.max_jobs` jobs on this replica.
+    pub async fn submit_job(
+        self: &Arc<Self>,
+        tenant: &Tenant,
+        collection: &str,
+        docs: Vec<IngestDoc>,
+    ) -> Result<JobRecord, PipelineError> {
+        let busy = || PipelineError::Busy {
+            what: "every job slot (limits.max_jobs)",
+            retry_after: Duration::from_secs(10),
+        };
+        let max = self.settings.max_jobs;
+        if max > 0 && self.jobs.len() >= max {
+            return Err(busy());
+        }
+        // Counted first, so progress has a total (chunking is a small
+        // part of the work; embedding is the rest).
+        let me = self.clone();
+        let (docs, counts) = tokio::task::spawn_blocking(move || {
+            let counts: Vec<usize> = docs.iter().map(|d| me.corpus.count_chunks(d)).collect();
+            (docs, counts)
+        })
+        .await
+        .map_err(internal)?;
+        let id = format!("job_{}", uuid::Uuid::new_v4().simple());
+        let (stop, stopped) = watch::channel(false);
+        {
+            let mut live = self
+                .jobs
+                .live
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if max > 0 && live.len() >= max {
+                return Err(busy());
+            }
+            live.insert(id.clone(), stop);
+        }
+        let new = NewJob {
+            id: &id,
+            tenant: tenant.name(),
+            collection,
+            documents: docs.len() as i64,
+            chunks: counts.iter().sum::<usize>() as i64,
+        };
+        let store = &self.corpus.store;
+        if let Err(e) = store.create_job(&new).await {
+            self.jobs.remove(&id);
+            return Err(internal(e));
+        }
+        let me = self.clone();
+        let target = tenant.collection(collection);
+        let job = id.clone();
+        tokio::spawn(async move {
+            let _beat = AbortOnDrop::new(tokio::spawn(me.clone().beat(job.clone())));
+            let outcome = me.run_job(&job, &target, docs, counts, stopped).await;
+            let (status, error) = match outcome {
+                Ok(true) => (JobStatus::Done, None),
+                Ok(false) => (JobStatus::Cancelled, None),
+                Err(e) => (JobStatus::Failed, Some(e.to_string())),
+            };
+            if let Err(e) = me
+                .corpus
+                .store
+                .finish_job(&job, status, error.as_deref())
+                .await
+            {
+                tracing::warn!(job = %job, error = %e, "could not record the job's end");
+            }
+            me.jobs.remove(&job);
+            tracing::info!(job = %job, status = status.as_str(), error = error.as_deref(), "ingest job ended");
+        });
+        store
+            .job(&id)
+            .await
+            .map_err(internal)?
+            .ok_or_else(|| internal("job vanished"))
+    }
+
+    /// Keeps the job's heartbeat fresh and passes on a cancellation asked
+    /// for on another replica.
+    async fn beat(self: Arc<Self>, job: String) {
+        let every = Duration::from_millis(JOB_HEARTBEAT_MS as u64);
+        loop {
+            tokio::time::sleep(every).await;
+            match self.corpus.store.job_heartbeat(&job).await {
+                Ok(true) => {
+                    self.jobs.stop(&job);
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(job = %job, error = %e, "job heartbeat failed"),
+            }
+        }
+    }
+
+    /// Runs a job's batches; `Ok(false)` if it was cancelled.
+    async fn run_job(
+        self: &Arc<Self>,
+        job: &str,
+        collection: &str,
+        docs: Vec<IngestDoc>,
+        counts: Vec<usize>,
+        mut stopped: watch::Receiver<bool>,
+    ) -> Result<bool, PipelineError> {
+        let error = |e: CorpusError| Self::corpus_error(e, collection);
+        // One ingest slot for the whole job; queued until one is free.
+        let _slot = tokio::select! {
+            slot = self.ingests.clone().acquire_owned() => slot.map_err(internal)?,
+            _ = stopped.wait_for(|s| *s) => return Ok(false),
+        };
+        self.corpus.store.start_job(job).await.map_err(internal)?;
+        // The previous batch's commit runs while the next is embedded; a
+        // commit, once started, always runs to its end.
+        let mut committing: Option<JoinHandle<Result<Vec<Ingested>, CorpusError>>> = None;
+        let mut rest = docs.into_iter().zip(counts).peekable();
+        let mut finished = true;
+        while rest.peek().is_some() {
+            let batch: Vec<(IngestDoc, usize)> = rest.by_ref().take(JOB_BATCH_DOCUMENTS).collect();
+            let step = JobStep {
+                id: job.to_owned(),
+                documents: batch.len() as i64,
+                chunks: batch.iter().map(|(_, n)| *n as i64).sum(),
+            };
+            let docs: Vec<IngestDoc> = batch.into_iter().map(|(d, _)| d).collect();
+            let prepared = loop {
+                let r = tokio::select! {
+                    r = self.corpus.prepare(collection, docs.clone()) => r,
+                    _ = stopped.wait_for(|s| *s) => break None,
+                };
+                match r {
+                    // The embedding queue is full (other ingests): wait.
+                    Err(CorpusError::Embed(StageError::Busy(_))) => {
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                    Err(e) => {
+                        if let Some(c) = committing.take() {
+                            let _ = c.await;
+                        }
+                        return Err(error(e));
+                    }
+                    Ok(p) => break Some(p),
+                }
+            };
+            if let Some(c) = committing.take() {
+                c.await.map_err(internal)?.map_err(error)?;
+            }
+            let Some(prepared) = prepared.filter(|_| !*stopped.borrow()) else {
+                finished = false;
+                break;
+            };
+            let me = self.clone();
+            committing = Some(tokio::spawn(async move {
+                me.corpus.commit(prepared.for_job(step)).await
+            }));
+        }
+        if let Some(c) = committing.take() {
+            c.await.map_err(internal)?.map_err(error)?;
+        }
+        Ok(finished)
+    }
+
+    /// A job of `tenant`'s (`None` if there is none, or it is another's).
+    pub async fn job(&self, tenant: &Tenant, id: &str) -> Result<Option<JobRecord>, PipelineError> {
+        let job = self.corpus.store.job(id).await.map_err(internal)?;
+        Ok(job.filter(|j| j.tenant == tenant.name()))
+    }
+
+    /// `tenant`'s latest jobs, newest first.
+    pub async fn jobs(
+        &self,
+        tenant: &Tenant,
+        limit: usize,
+    ) -> Result<Vec<JobRecord>, PipelineError> {
+        self.corpus
+            .store
+            .jobs(tenant.name(), limit as i64)
+            .await
+            .map_err(internal)
+    }
+
+    /// Cancels a job and removes its record: a queued or running job is
+    /// asked to stop at its next batch (what it committed stays) and,
+    /// when it runs here, awaited up to `wait`. The job as it was last
+    /// (`cancelled` once it stopped; still `running` with
+    /// `cancel_requested` if it runs on another replica, which stops it at
+    /// its next heartbeat); `None` if `tenant` has no such job.
+    pub async fn cancel_job(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+        wait: Duration,
+    ) -> Result<Option<JobRecord>, PipelineError> {
+        let Some(job) = self.job(tenant, id).await? else {
+            return Ok(None);
+        };
+        let store = &self.corpus.store;
+        let mut last = job;
+        if last.status.is_active() {
+            store.request_job_cancel(id).await.map_err(internal)?;
+            if self.jobs.stop(id) {
+                let until = tokio::time::Instant::now() + wait;
+                while self
+                    .jobs
+                    .live
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .contains_key(id)
+                    && tokio::time::Instant::now() < until
+                {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+            if let Some(now) = self.job(tenant, id).await? {
+                last = now;
+            }
+        }
+        store.delete_job(id).await.map_err(internal)?;
+        Ok(Some(last))
+    }
+}

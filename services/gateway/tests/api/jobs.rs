@@ -1,0 +1,604 @@
+//! Ingest jobs: `"async": true` (or a large ingest) answers 202 with a job;
+//! `GET /v1/jobs/{id}` follows its progress to its end; `DELETE` stops it
+//! at its next batch, keeping what it committed whole; a job belongs to
+//! its tenant; a replica holds a bounded number of them.
+
+use crate::helpers::{TestApp, error_of};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+fn docs(n: usize, words: &str) -> Vec<Value> {
+    (0..n)
+        .map(|i| json!({"id": format!("d{i}"), "text": format!("Document {i} token{i} {words}.")}))
+        .collect()
+}
+
+async fn job(app: &TestApp, id: &str) -> Value {
+    let r = app.get(&format!("/v1/jobs/{id}")).await;
+    assert_eq!(r.status(), 200);
+    r.json().await.expect("job json")
+}
+
+/// Polls the job until `until` holds of it (at most `within`).
+async fn wait_job(
+    app: &TestApp,
+    id: &str,
+    within: Duration,
+    until: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let j = job(app, id).await;
+        if until(&j) {
+            return j;
+        }
+        assert!(Instant::now() < deadline, "job never got there: {j}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// `POST /v1/documents`, which must answer a job (202); the job.
+async fn submit(app: &TestApp, body: Value) -> Value {
+    let r = app.post_json("/v1/documents", body).await;
+    assert_eq!(r.status(), 202);
+    r.json().await.expect("job json")
+}
+
+fn id_of(job: &Value) -> String {
+    job["id"].as_str().expect("job id").to_owned()
+}
+
+fn ended(j: &Value) -> bool {
+    !matches!(j["status"].as_str(), Some("queued" | "running"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_async_ingest_is_a_job_whose_progress_reaches_done() {
+    let app = TestApp::builder()
+        .slow_embeddings(Duration::from_millis(150))
+        .spawn()
+        .await;
+    let r = app
+        .post_json(
+            "/v1/documents",
+            json!({"collection": "bulk", "async": true, "documents": docs(200, "about glaciers")}),
+        )
+        .await;
+    assert_eq!(r.status(), 202);
+    let location = r.headers()["location"]
+        .to_str()
+        .expect("location")
+        .to_owned();
+    let created: Value = r.json().await.expect("json");
+    let id = created["id"].as_str().expect("id").to_owned();
+    assert_eq!(location, format!("/v1/jobs/{id}"));
+    assert_eq!(created["collection"], "bulk");
+    assert_eq!(created["documents"], json!({"done": 0, "total": 200}));
+    assert!(
+        created["chunks"]["total"].as_i64() >= Some(200),
+        "{created}"
+    );
+
+    // Part way: progress moves in whole batches and has an estimate.
+    let mid = wait_job(&app, &id, Duration::from_secs(30), |j| {
+        j["documents"]["done"].as_i64().unwrap_or(0) > 0
+    })
+    .await;
+    if mid["status"] == "running" {
+        let n = mid["documents"]["done"].as_i64().unwrap_or(0);
+        assert!(n % 32 == 0 || n == 200, "whole batches: {mid}");
+        assert!(mid["eta_seconds"].as_f64().is_some(), "{mid}");
+    }
+    let done = wait_job(&app, &id, Duration::from_secs(60), ended).await;
+    assert_eq!(done["status"], "done", "{done}");
+    assert_eq!(done["documents"], json!({"done": 200, "total": 200}));
+    assert_eq!(done["chunks"]["done"], done["chunks"]["total"]);
+    assert_eq!(
+        (done["created"].as_i64(), done["unchanged"].as_i64()),
+        (Some(200), Some(0))
+    );
+    assert!(done["eta_seconds"].is_null() && done["finished_ms"].as_i64().is_some());
+    let found = app
+        .search(json!({"collection": "bulk", "query": "token199", "mode": "lexical"}))
+        .await;
+    assert_eq!(found["results"][0]["document_id"], "d199", "{found}");
+
+    // The same upload again: every document unchanged.
+    let again = submit(
+        &app,
+        json!({"collection": "bulk", "async": true, "documents": docs(200, "about glaciers")}),
+    )
+    .await;
+    let again = wait_job(&app, &id_of(&again), Duration::from_secs(30), ended).await;
+    assert_eq!(
+        (again["status"].as_str(), again["unchanged"].as_i64()),
+        (Some("done"), Some(200))
+    );
+
+    let listed: Value = app
+        .get("/v1/jobs?limit=5")
+        .await
+        .json()
+        .await
+        .expect("json");
+    let ids: Vec<&str> = listed["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .filter_map(|j| j["id"].as_str())
+        .collect();
+    assert_eq!(ids, [again["id"].as_str().unwrap_or_default(), id.as_str()]);
+    app.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_ingests_become_jobs_without_asking() {
+    let app = TestApp::builder()
+        .config(|c| c.limits.job_above_bytes = 4096)
+        .spawn()
+        .await;
+    // Small: answered at once.
+    let r = app
+        .post_json("/v1/documents", json!({"documents": docs(3, "small")}))
+        .await;
+    assert_eq!(r.status(), 200);
+    // Over the text threshold.
+    let big = "word ".repeat(1000);
+    let r = app
+        .post_json(
+            "/v1/documents",
+            json!({"documents": [{"id": "big", "text": big}]}),
+        )
+        .await;
+    assert_eq!(r.status(), 202);
+    // Over 1,000 documents.
+    let j = submit(&app, json!({"documents": docs(1001, "many")})).await;
+    let j = wait_job(&app, &id_of(&j), Duration::from_secs(60), ended).await;
+    assert_eq!(
+        (j["status"].as_str(), j["documents"]["done"].as_i64()),
+        (Some("done"), Some(1001))
+    );
+    let d = app.get("/v1/documents/d1000").await;
+    assert_eq!(d.status(), 200);
+    app.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_job_stops_at_its_next_batch_and_keeps_whole_documents() {
+    let app = TestApp::builder()
+        .slow_embeddings(Duration::from_millis(100))
+        .spawn()
+        .await;
+    let id = id_of(
+        &submit(
+            &app,
+            json!({"collection": "c", "async": true, "documents": docs(2000, "to cancel")}),
+        )
+        .await,
+    );
+    wait_job(&app, &id, Duration::from_secs(30), |j| {
+        j["documents"]["done"].as_i64().unwrap_or(0) >= 64
+    })
+    .await;
+    let r = app
+        .http
+        .delete(app.url(&format!("/v1/jobs/{id}")))
+        .send()
+        .await
+        .expect("delete");
+    assert_eq!(r.status(), 200);
+    let j: Value = r.json().await.expect("json");
+    assert_eq!(j["status"], "cancelled", "{j}");
+    assert_eq!(j["cancel_requested"], true);
+    let done = j["documents"]["done"].as_i64().expect("done");
+    assert!((64..2000).contains(&done), "{j}");
+    // Removed with the cancel; nothing moves after it, and what it
+    // counted is stored, and only that.
+    let (status, _, _, _) = error_of(app.get(&format!("/v1/jobs/{id}")).await).await;
+    assert_eq!(status, 404);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let coll: Value = app
+        .get("/v1/collections/c")
+        .await
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(coll["documents"].as_i64(), Some(done), "{coll}");
+    let last = app
+        .get(&format!("/v1/documents/d{}?collection=c", done - 1))
+        .await;
+    assert_eq!(last.status(), 200);
+    let next = app
+        .get(&format!("/v1/documents/d{done}?collection=c"))
+        .await;
+    assert_eq!(next.status(), 404);
+    let r = app
+        .http
+        .delete(app.url(&format!("/v1/jobs/{id}")))
+        .send()
+        .await
+        .expect("delete");
+    assert_eq!(r.status(), 404);
+    // Deleting an ended job removes it and answers it as it ended.
+    let r = app
+        .post_json(
+            "/v1/documents",
+            json!({"collection": "c", "async": true, "documents": docs(3, "small")}),
+        )
+        .await;
+    let small = r.json::<Value>().await.expect("json")["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    wait_job(&app, &small, Duration::from_secs(30), ended).await;
+    let gone: Value = app
+        .http
+        .delete(app.url(&format!("/v1/jobs/{small}")))
+        .send()
+        .await
+        .expect("delete")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(
+        (gone["status"].as_str(), gone["documents"]["done"].as_i64()),
+        (Some("done"), Some(3))
+    );
+    assert_eq!(app.get(&format!("/v1/jobs/{small}")).await.status(), 404);
+    app.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_are_bounded_and_belong_to_their_tenant() {
+    let app = TestApp::builder()
+        .slow_embeddings(Duration::from_millis(100))
+        .admin()
+        .config(|c| {
+            c.limits.max_jobs = 1;
+            c.limits.max_concurrent_ingests = 1;
+        })
+        .spawn()
+        .await;
+    let id = id_of(&submit(&app, json!({"async": true, "documents": docs(400, "slow")})).await);
+    // A second job past limits.max_jobs: refused, nothing recorded.
+    let r = app
+        .post_json(
+            "/v1/documents",
+            json!({"async": true, "documents": [{"id": "x", "text": "refused"}]}),
+        )
+        .await;
+    assert!(r.headers().contains_key("retry-after"));
+    let (status, code, _, body) = error_of(r).await;
+    assert_eq!((status, code.as_str()), (503, "overloaded"), "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("limits.max_jobs")),
+        "{body}"
+    );
+    // Another tenant cannot see or cancel it.
+    let key: Value = app
+        .admin(
+            reqwest::Method::POST,
+            "/admin/keys",
+            Some(json!({"tenant": "other", "name": "k"})),
+        )
+        .await
+        .json()
+        .await
+        .expect("json");
+    let key = key["key"].as_str().expect("key");
+    for method in [reqwest::Method::GET, reqwest::Method::DELETE] {
+        let r = app
+            .http
+            .request(method, app.url(&format!("/v1/jobs/{id}")))
+            .bearer_auth(key)
+            .send()
+            .await
+            .expect("request");
+        let (status, code, _, _) = error_of(r).await;
+        assert_eq!((status, code.as_str()), (404, "not_found"));
+    }
+    let theirs: Value = app
+        .http
+        .get(app.url("/v1/jobs"))
+        .bearer_auth(key)
+        .send()
+        .await
+        .expect("list")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(theirs["jobs"], json!([]));
+    assert_eq!(job(&app, &id).await["cancel_requested"], false);
+    // Bad input names its field.
+    let (status, _, field, _) = error_of(app.get("/v1/jobs?limit=0").await).await;
+    assert_eq!((status, field.as_deref()), (422, Some("limit")));
+    let (status, code, _, _) = error_of(app.get("/v1/jobs/job_nope").await).await;
+    assert_eq!((status, code.as_str()), (404, "not_found"));
+    let form = reqwest::multipart::Form::new().text("async", "maybe").part(
+        "file",
+        reqwest::multipart::Part::bytes(b"text".to_vec()).file_name("a.txt"),
+    );
+    let r = app
+        .http
+        .post(app.url("/v1/documents"))
+        .multipart(form)
+        .send()
+        .await
+        .expect("post");
+    let (status, _, field, _) = error_of(r).await;
+    assert_eq!((status, field.as_deref()), (422, Some("async")));
+    app.shutdown().await.expect("shutdown");
+}
+
+/// `ragtime serve` as its own process (so it can be killed), on `data`.
+struct Server {
+    child: std::process::Child,
+    base: String,
+}
+
+impl Server {
+    async fn start(data: &std::path::Path, llm: &str) -> Server {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_ragtime"))
+            .arg("serve")
+            .env("RAGTIME__SERVER__ADDR", format!("127.0.0.1:{port}"))
+            .env("RAGTIME__DATA_DIR", data)
+            .env("RAGTIME__LLM__BASE_URL", llm)
+            .env("RUST_LOG", "warn")
+            .env_remove("RAGTIME__DATABASE_URL")
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("start ragtime serve");
+        let server = Server {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+        };
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let http = reqwest::Client::new();
+        loop {
+            if let Ok(r) = http.get(format!("{}/readyz", server.base)).send().await
+                && r.status() == 200
+            {
+                return server;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "ragtime serve never became ready"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn get(&self, path: &str) -> (u16, Value) {
+        let r = reqwest::get(format!("{}{path}", self.base))
+            .await
+            .expect("get");
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        let r = reqwest::Client::new()
+            .post(format!("{}{path}", self.base))
+            .json(body)
+            .send()
+            .await
+            .expect("post");
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn wait_job(&self, id: &str, within: Duration, until: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + within;
+        loop {
+            let (status, j) = self.get(&format!("/v1/jobs/{id}")).await;
+            assert_eq!(status, 200, "{j}");
+            if until(&j) {
+                return j;
+            }
+            assert!(Instant::now() < deadline, "job never got there: {j}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_killed_mid_way_keeps_every_counted_document_whole_and_searchable() {
+    let fake = crate::fake_llm::FakeLlm::start(crate::fake_llm::Behaviour::Answer {
+        tokens: 3,
+        gap: Duration::from_millis(1),
+    })
+    .await;
+    let data = tempfile::tempdir().expect("tempdir");
+    let n = 600usize;
+    // Each about 200 tokens: two chunks.
+    let filler = "Sediment settles slowly where the river meets the sea. ".repeat(18);
+    let upload = json!({
+        "collection": "crash",
+        "async": true,
+        "documents": (0..n)
+            .map(|i| json!({"id": format!("d{i}"), "text": format!("Record {i} marker{i}x. {filler}")}))
+            .collect::<Vec<_>>(),
+    });
+    let mut server = Server::start(data.path(), &fake.base_url).await;
+    let (status, created) = server.post("/v1/documents", &upload).await;
+    assert_eq!(status, 202, "{created}");
+    let id = created["id"].as_str().expect("id").to_owned();
+    let total_chunks = created["chunks"]["total"].as_i64().expect("chunks");
+    assert_eq!(
+        total_chunks % n as i64,
+        0,
+        "every document alike: {created}"
+    );
+    let per_document = total_chunks / n as i64;
+    assert!(per_document >= 2, "{created}");
+    server
+        .wait_job(&id, Duration::from_secs(120), |j| {
+            j["documents"]["done"].as_i64().unwrap_or(0) >= 64
+        })
+        .await;
+    server.child.kill().expect("SIGKILL");
+    let _ = server.child.wait();
+    drop(server);
+
+    let server = Server::start(data.path(), &fake.base_url).await;
+    // Nobody beats for it any more: it reads as interrupted, and says how
+    // far it got.
+    let j = server
+        .wait_job(&id, Duration::from_secs(30), |j| {
+            j["status"] == "interrupted"
+        })
+        .await;
+    let done = j["documents"]["done"].as_i64().expect("done");
+    assert!((64..n as i64).contains(&done), "{j}");
+    assert_eq!(
+        j["chunks"]["done"].as_i64(),
+        Some(done * per_document),
+        "{j}"
+    );
+    // Exactly what it counted is stored, every document whole.
+    let (_, coll) = server.get("/v1/collections/crash").await;
+    assert_eq!(
+        (coll["documents"].as_i64(), coll["chunks"].as_i64()),
+        (Some(done), Some(done * per_document)),
+        "{coll}"
+    );
+    for i in [0, done / 2, done - 1] {
+        let (status, d) = server
+            .get(&format!("/v1/documents/d{i}?collection=crash"))
+            .await;
+        assert_eq!(status, 200, "d{i}");
+        assert_eq!(
+            d["chunks"].as_array().map(Vec::len),
+            Some(per_document as usize),
+            "d{i}"
+        );
+        let (status, found) = server
+            .post(
+                "/v1/search",
+                &json!({"collection": "crash", "query": format!("marker{i}x"), "mode": "lexical"}),
+            )
+            .await;
+        assert_eq!(status, 200, "{found}");
+        assert_eq!(
+            found["results"][0]["document_id"],
+            format!("d{i}"),
+            "{found}"
+        );
+    }
+    let (status, _) = server
+        .get(&format!("/v1/documents/d{done}?collection=crash"))
+        .await;
+    assert_eq!(status, 404);
+    // The same upload again finishes the rest and re-embeds nothing done.
+    let (status, again) = server.post("/v1/documents", &upload).await;
+    assert_eq!(status, 202, "{again}");
+    let again = server
+        .wait_job(
+            again["id"].as_str().expect("id"),
+            Duration::from_secs(300),
+            ended,
+        )
+        .await;
+    assert_eq!(again["status"], "done", "{again}");
+    assert_eq!(
+        (again["unchanged"].as_i64(), again["created"].as_i64()),
+        (Some(done), Some(n as i64 - done)),
+        "{again}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ragtime_ingest_with_a_server_sends_jobs_and_follows_them_to_the_end() {
+    let app = TestApp::builder()
+        .slow_embeddings(Duration::from_millis(20))
+        .spawn()
+        .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let notes = dir.path().join("notes");
+    std::fs::create_dir_all(&notes).expect("mkdir");
+    for i in 0..40 {
+        std::fs::write(
+            notes.join(format!("n{i:02}.md")),
+            format!("# Note {i}\n\nThe kiln{i} fires clay at high heat."),
+        )
+        .expect("write");
+    }
+    let server = app.url("");
+    let run = move |args: Vec<String>| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_ragtime"))
+            .args(args)
+            .env_remove("RAGTIME_SERVER")
+            .env_remove("RAGTIME_API_KEY")
+            .output()
+            .expect("run ragtime ingest")
+    };
+    let args = vec![
+        "ingest".to_owned(),
+        "--server".to_owned(),
+        server.clone(),
+        "--collection".to_owned(),
+        "pottery".to_owned(),
+        notes.display().to_string(),
+    ];
+    let out = tokio::task::spawn_blocking({
+        let args = args.clone();
+        move || run(args)
+    })
+    .await
+    .expect("join");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("40 documents into \"pottery\"")
+            && stdout.contains("(40 created, 0 replaced, 0 unchanged"),
+        "{stdout}"
+    );
+    let found = app
+        .search(json!({"collection": "pottery", "query": "kiln17", "mode": "lexical"}))
+        .await;
+    let first = found["results"][0]["document_id"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(first.ends_with("n17.md"), "{found}");
+    // Sent again: nothing re-embedded.
+    let out = tokio::task::spawn_blocking(move || run(args))
+        .await
+        .expect("join");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("(0 created, 0 replaced, 40 unchanged"));
+    // A server that is not there: a clear failure.
+    let file = notes.join("n00.md");
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_ragtime"))
+            .args(["ingest", "--server", "http://127.0.0.1:9"])
+            .arg(file)
+            .output()
+            .expect("run")
+    })
+    .await
+    .expect("join");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("cannot reach http://127.0.0.1:9"),
+        "{stderr}"
+    );
+    app.shutdown().await.expect("shutdown");
+}
