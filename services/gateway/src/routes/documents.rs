@@ -260,9 +260,16 @@ pub async fn create(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|ct| ct.to_ascii_lowercase().starts_with("multipart/form-data"));
-    // A slot first: an ingest past the limit is refused before its body
-    // is read.
-    let slot = state.pipeline()?.ingest_slot()?;
+    // A slot first: an ingest past the limit is refused without keeping
+    // its body (read and dropped as it comes, so the client, still
+    // sending, gets the answer rather than a reset connection).
+    let slot = match state.pipeline()?.ingest_slot() {
+        Ok(slot) => slot,
+        Err(e) => {
+            discard(req, state.config.server.body_limit_bytes).await;
+            return Err(e.into());
+        }
+    };
     let (collection, docs, run_async) = if multipart {
         let form = Multipart::from_request(req, &state).await.map_err(|e| {
             ApiError::invalid("body", format!("bad multipart body: {}", e.body_text()))
@@ -276,6 +283,23 @@ pub async fn create(
         (req.collection, check_all(docs, "documents")?, req.run_async)
     };
     ingest(&state, slot, &tenant, collection, docs, run_async).await
+}
+
+/// Reads a request's body to its end (at most `limit` bytes, for at most
+/// 10 s) without keeping it.
+async fn discard(req: Request, limit: usize) {
+    use futures::StreamExt;
+    let mut body = req.into_body().into_data_stream();
+    let mut read = 0usize;
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while let Some(Ok(chunk)) = body.next().await {
+            read += chunk.len();
+            if read > limit {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 fn not_found(id: &str, collection: &str) -> ApiError {

@@ -613,10 +613,16 @@ async fn an_ingest_past_the_concurrent_limit_is_refused_and_writes_nothing() {
         })
     };
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // Refused before its body is kept, yet answered (not reset) while a
+    // large body is still being sent.
+    let padding = "Dust and ice. ".repeat(100_000);
     let r = app
         .post_json(
             "/v1/documents",
-            json!({"documents": [{"id": "short", "text": "Comets have tails."}]}),
+            json!({"documents": [
+                {"id": "short", "text": "Comets have tails."},
+                {"id": "padding", "text": padding},
+            ]}),
         )
         .await;
     assert!(r.headers().contains_key("retry-after"));
