@@ -7,6 +7,7 @@
 
 use crate::env_usize;
 use crate::load::FakeBackend;
+use crate::scaling::proc_status;
 use crate::tracing_cost::run_ragtime;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -15,16 +16,8 @@ use std::time::{Duration, Instant};
 
 /// `(VmRSS, VmHWM)` of a process, in MiB.
 fn memory(pid: u32) -> (f64, f64) {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        s.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-            / 1024.0
-    };
-    (field("VmRSS:"), field("VmHWM:"))
+    let mib = |name| proc_status(pid, name) as f64 / 1024.0;
+    (mib("VmRSS:"), mib("VmHWM:"))
 }
 
 async fn answer(r: reqwest::Result<reqwest::Response>) -> String {

@@ -45,17 +45,21 @@ fn document(id: String, chunks: usize, rng: &mut Rng) -> NewDocument {
     }
 }
 
+/// A number field of a process's `/proc/{pid}/status` (`VmRSS:` in kB,
+/// `Threads:`), 0 if absent.
+pub(crate) fn proc_status(pid: u32, name: &str) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0)
+}
+
 /// `(threads, RSS in MiB)` of a process.
 fn status(pid: u32) -> (u64, f64) {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        s.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    (field("Threads:"), field("VmRSS:") as f64 / 1024.0)
+    let rss = proc_status(pid, "VmRSS:") as f64 / 1024.0;
+    (proc_status(pid, "Threads:"), rss)
 }
 
 async fn start(
@@ -229,46 +233,180 @@ async fn big_store(
     (dir, temp)
 }
 
+/// The collection's complete snapshot record under `data/indexes`, if any.
+fn snapshot_record(data: &Path) -> Option<std::path::PathBuf> {
+    let root = data.join("indexes");
+    for coll in std::fs::read_dir(root).ok()?.flatten() {
+        for snap in std::fs::read_dir(coll.path()).ok()?.flatten() {
+            let record = snap.path().join("snapshot.json");
+            if record.is_file() {
+                return Some(record);
+            }
+        }
+    }
+    None
+}
+
+/// Bytes of the files under `dir`.
+fn disk_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir).map_or(0, |entries| {
+        entries
+            .flatten()
+            .map(|e| match e.file_type() {
+                Ok(t) if t.is_dir() => disk_bytes(&e.path()),
+                _ => e.metadata().map_or(0, |m| m.len()),
+            })
+            .sum()
+    })
+}
+
+/// Builds the collection's indexes in this process and saves them as
+/// `ragtime serve` would (the same `CollectionIndex` and
+/// `snapshots::save`), with `ef_construction` for the graph.
+async fn prebuild_snapshot(data: &Path, ef_construction: usize) {
+    let t = Instant::now();
+    let store = Store::open(&Store::sqlite_url(data)).await.expect("store");
+    let list = store.list_collections(None).await.expect("collections");
+    let coll = list.first().expect("one collection");
+    let items = ragtime_pipeline::corpus::index_items(
+        store.index_chunks_in(coll.id).await.expect("chunks"),
+    );
+    let read = t.elapsed();
+    let params = ragtime_retrieve::DenseParams {
+        ef_construction,
+        ..ragtime_retrieve::DenseParams::default()
+    };
+    let idx = ragtime_retrieve::CollectionIndex::new(DIM, params).expect("index");
+    let total = items.len();
+    let mut items = items.into_iter();
+    loop {
+        let batch: Vec<_> = items.by_ref().take(50_000).collect();
+        if batch.is_empty() {
+            break;
+        }
+        tokio::task::block_in_place(|| idx.add(batch)).expect("add");
+        eprintln!(
+            "prebuild: {} of {total} chunks indexed, {:.0} s",
+            idx.len(),
+            t.elapsed().as_secs_f64()
+        );
+    }
+    let built = t.elapsed();
+    let position = store.corpus_version().await.expect("version");
+    let at = store
+        .log_entry(position)
+        .await
+        .expect("log")
+        .map_or(0, |e| e.at_ms);
+    let meta = ragtime_pipeline::snapshots::SnapshotMeta {
+        format: ragtime_pipeline::snapshots::FORMAT,
+        collection_id: coll.id,
+        collection: coll.name.clone(),
+        log_position: position,
+        log_at_ms: at,
+        dim: DIM,
+        chunks: 0,
+        documents: 0,
+        saved_at_ms: ragtime_store::now_ms(),
+    };
+    let root = data.join("indexes");
+    tokio::task::block_in_place(|| ragtime_pipeline::snapshots::save(&root, &idx, meta))
+        .expect("save");
+    store.close().await;
+    eprintln!(
+        "prebuilt snapshot (ef_construction {ef_construction}): read {:.0} s, indexed {:.0} s, saved {:.0} s",
+        read.as_secs_f64(),
+        (built - read).as_secs_f64(),
+        (t.elapsed() - built).as_secs_f64()
+    );
+}
+
 /// `ragtime-bench startup`: one collection of 100k and of 1M chunks
 /// (`BENCH_STARTUP_CHUNKS`, comma-separated), each started by `ragtime
-/// serve` (loaded at start, the largest collection being preloaded): time
-/// to ready, RSS and threads once ready, and a search's latency then.
+/// serve` (loaded at start, the largest collection being preloaded) from
+/// the store — the process then saves its snapshot — and again from that
+/// snapshot: time to ready, RSS and threads once ready, a search's
+/// latency then, the snapshot's save time and size. `BENCH_STARTUP_FROM=
+/// snapshot` skips the start from the store: the snapshot is then built
+/// in this process (`BENCH_SNAPSHOT_EF`, the graph's ef_construction,
+/// default the server's) unless one is there.
 pub async fn startup() {
     let sizes: Vec<usize> = std::env::var("BENCH_STARTUP_CHUNKS")
         .unwrap_or_else(|_| "100000,1000000".into())
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .collect();
+    let from_store = std::env::var("BENCH_STARTUP_FROM").map_or(true, |f| f.contains("store"));
+    let ef = env_usize(
+        "BENCH_SNAPSHOT_EF",
+        ragtime_retrieve::DenseParams::default().ef_construction,
+    );
     let http = reqwest::Client::new();
     let llm = FakeBackend::start(0, Duration::ZERO).await;
     let mut rng = Rng(0xb16);
-    println!("\n## Start-up with one large collection\n");
-    println!(
-        "| chunks | ready in | RSS | RSS per 100k chunks (over the empty process) | threads | first search |"
-    );
-    println!("|---:|---:|---:|---:|---:|---:|");
     let empty = tempfile::tempdir().expect("tempdir");
     let (p, _) = start("empty", empty.path(), &llm.base_url, 1000, &http).await;
     let (_, base_rss) = status(p.child.id());
     drop(p);
+    let mut rows = Vec::new();
+    let mut notes = Vec::new();
     for chunks in sizes {
         let (dir, _keep) = big_store(chunks, &mut rng).await;
-        let (p, took) = start("big", &dir, &llm.base_url, 1000, &http).await;
-        let (threads, rss) = status(p.child.id());
-        let t = Instant::now();
-        let first = search(&http, &p.base, "big").await;
-        let searched = t.elapsed();
-        assert!(
-            first["results"].as_array().is_some_and(|r| !r.is_empty()),
-            "{first}"
-        );
-        println!(
-            "| {chunks} | {:.1} s | {rss:.0} MiB | {:.0} MiB | {threads} | {:.1} ms |",
-            took.as_secs_f64(),
-            (rss - base_rss) * 100_000.0 / chunks as f64,
-            searched.as_secs_f64() * 1000.0
-        );
-        drop(p);
+        let mut starts = Vec::new();
+        if from_store {
+            let _ = std::fs::remove_dir_all(dir.join("indexes"));
+            starts.push("store");
+        } else if snapshot_record(&dir).is_none() {
+            prebuild_snapshot(&dir, ef).await;
+        }
+        starts.push("snapshot");
+        for from in starts {
+            let (p, took) = start("big", &dir, &llm.base_url, 1000, &http).await;
+            let (threads, rss) = status(p.child.id());
+            let t = Instant::now();
+            let first = search(&http, &p.base, "big").await;
+            let searched = t.elapsed();
+            assert!(
+                first["results"].as_array().is_some_and(|r| !r.is_empty()),
+                "{first}"
+            );
+            rows.push(format!(
+                "| {chunks} | {from} | {:.1} s | {rss:.0} MiB | {:.0} MiB | {threads} | {:.1} ms |",
+                took.as_secs_f64(),
+                (rss - base_rss) * 100_000.0 / chunks as f64,
+                searched.as_secs_f64() * 1000.0
+            ));
+            if from == "store" {
+                // The process saves its snapshot once loaded (it looks
+                // every 10 s): wait for it.
+                let t = Instant::now();
+                while snapshot_record(&dir).is_none() {
+                    assert!(t.elapsed() < Duration::from_secs(7200), "no snapshot saved");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                let (_, peak) = status(p.child.id());
+                notes.push(format!(
+                    "{chunks} chunks: the snapshot was complete {:.1} s after ready (RSS then {peak:.0} MiB)",
+                    t.elapsed().as_secs_f64()
+                ));
+            }
+            drop(p);
+        }
+        notes.push(format!(
+            "{chunks} chunks: the snapshot takes {:.0} MiB on disk",
+            disk_bytes(&dir.join("indexes")) as f64 / (1 << 20) as f64
+        ));
+    }
+    println!("\n## Start-up with one large collection\n");
+    println!(
+        "| chunks | loaded from | ready in | RSS | RSS per 100k chunks (over the empty process) | threads | first search |"
+    );
+    println!("|---:|---|---:|---:|---:|---:|---:|");
+    for r in rows {
+        println!("{r}");
     }
     println!("\n(the empty process: {base_rss:.0} MiB)");
+    for n in notes {
+        println!("- {n}");
+    }
 }

@@ -3,6 +3,7 @@
 //! from the store on start, so a crash loses nothing acknowledged and
 //! leaves no half-indexed document.
 
+use crate::snapshots::{self, SnapshotConfig, SnapshotMeta};
 use crate::stages::IndexRetriever;
 use ragtime_core::{Cancel, Chunk, Embedder, Retriever, StageError, Tenant};
 use ragtime_embed::Chunker;
@@ -176,7 +177,7 @@ impl Drop for CancelOnDrop {
 }
 
 /// Stored chunks as an index takes them.
-fn index_items(chunks: Vec<IndexChunk>) -> Vec<(Chunk, Vec<f32>)> {
+pub fn index_items(chunks: Vec<IndexChunk>) -> Vec<(Chunk, Vec<f32>)> {
     chunks
         .into_iter()
         .map(|c| {
@@ -224,7 +225,26 @@ pub struct Corpus {
     following: std::sync::atomic::AtomicBool,
     /// How far behind the store the follower was at its last look.
     lag: std::sync::Mutex<Lag>,
+    /// Where loaded collections' indexes are saved (none: never).
+    snapshots: Option<SnapshotConfig>,
+    /// What was last saved or loaded of each collection, by its store id.
+    saved: std::sync::Mutex<HashMap<i64, SavedState>>,
+    /// Collections loaded from a snapshot since start.
+    snapshot_loads: std::sync::atomic::AtomicUsize,
 }
+
+/// A loaded collection's indexes as its snapshot holds them.
+struct SavedState {
+    /// The loaded index the snapshot was written from or read into.
+    index: std::sync::Weak<CollectionIndex>,
+    /// Its version then.
+    version: u64,
+    at: Instant,
+}
+
+/// Change-log entries of one collection replayed over its snapshot at
+/// most; past this, loading from the store is as quick.
+const REPLAY_MAX: i64 = 2000;
 
 /// How far the indexes are behind the store's change log.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -294,7 +314,23 @@ impl Corpus {
             loaded_ids: std::sync::Mutex::default(),
             following: std::sync::atomic::AtomicBool::new(false),
             lag: std::sync::Mutex::default(),
+            snapshots: None,
+            saved: std::sync::Mutex::default(),
+            snapshot_loads: std::sync::atomic::AtomicUsize::new(0),
         }
+    }
+
+    /// Collections loaded from a snapshot since start.
+    pub fn snapshot_loads(&self) -> usize {
+        self.snapshot_loads
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Saves loaded collections' indexes under `config.dir` and loads them
+    /// from there (see [`crate::snapshots`]).
+    pub fn with_snapshots(mut self, config: SnapshotConfig) -> Self {
+        self.snapshots = Some(config);
+        self
     }
 
     /// Quotas for tenants without their own.
@@ -356,6 +392,9 @@ impl Corpus {
         self.applied
             .fetch_max(version, std::sync::atomic::Ordering::AcqRel);
         let mut all = self.store.list_collections(None).await?;
+        if let Some(cfg) = &self.snapshots {
+            snapshots::retain(&cfg.dir, &all.iter().map(|c| c.id).collect());
+        }
         all.sort_by(|a, b| b.chunks.cmp(&a.chunks).then(a.name.cmp(&b.name)));
         let mut n = 0;
         for c in all.into_iter().take(self.preload) {
@@ -379,15 +418,224 @@ impl Corpus {
             return Ok((idx, None));
         }
         let started = Instant::now();
-        let items = index_items(self.store.index_chunks_in(coll_id).await?);
-        let idx = Arc::new(CollectionIndex::new(
-            self.indexes.dim(),
-            self.indexes.params(),
-        )?);
-        tokio::task::block_in_place(|| idx.add(items))?;
+        let idx = match self.load_snapshot(name, coll_id).await {
+            Some(idx) => idx,
+            None => {
+                let items = index_items(self.store.index_chunks_in(coll_id).await?);
+                let idx = Arc::new(CollectionIndex::new(
+                    self.indexes.dim(),
+                    self.indexes.params(),
+                )?);
+                tokio::task::block_in_place(|| idx.add(items))?;
+                lock(&self.saved).remove(&coll_id);
+                idx
+            }
+        };
         self.indexes.insert(name, idx.clone());
         lock(&self.loaded_ids).insert(coll_id, name.to_owned());
         Ok((idx, Some(started.elapsed())))
+    }
+
+    /// The collection's indexes from its snapshot, brought up to the store
+    /// by replaying its change-log entries after it; `None` (and the
+    /// snapshot removed when it cannot be trusted) to load from the store.
+    async fn load_snapshot(&self, name: &str, coll_id: i64) -> Option<Arc<CollectionIndex>> {
+        let cfg = self.snapshots.as_ref()?;
+        let (dir, meta) = snapshots::latest(&cfg.dir, coll_id)?;
+        let started = Instant::now();
+        match self.open_snapshot(&dir, &meta).await {
+            Ok(Some((idx, replayed))) => {
+                self.snapshot_loads
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::info!(
+                    collection = %name,
+                    chunks = idx.len(),
+                    log_position = meta.log_position,
+                    replayed,
+                    took_ms = started.elapsed().as_millis() as u64,
+                    "indexes loaded from their snapshot"
+                );
+                Some(idx)
+            }
+            Ok(None) => None,
+            Err(why) => {
+                tracing::warn!(collection = %name, path = %dir.display(), %why, "snapshot not used; loading from the store");
+                snapshots::remove(&cfg.dir, coll_id);
+                None
+            }
+        }
+    }
+
+    /// Reads a snapshot and replays what came after it; `Ok(None)` when too
+    /// much did (the snapshot stays for the next save to replace).
+    async fn open_snapshot(
+        &self,
+        dir: &std::path::Path,
+        meta: &SnapshotMeta,
+    ) -> Result<Option<(Arc<CollectionIndex>, usize)>, String> {
+        if meta.dim != self.indexes.dim() {
+            return Err(format!(
+                "saved with {}-dimensional vectors, the embedder makes {}",
+                meta.dim,
+                self.indexes.dim()
+            ));
+        }
+        let version = self
+            .store
+            .corpus_version()
+            .await
+            .map_err(|e| e.to_string())?;
+        let entry = self
+            .store
+            .log_entry(meta.log_position)
+            .await
+            .map_err(|e| e.to_string())?;
+        let same_store = match entry {
+            None => meta.log_position == 0,
+            Some(e) => e.at_ms == meta.log_at_ms,
+        };
+        if !same_store || meta.log_position > version {
+            return Err(format!(
+                "log position {} is not this store's",
+                meta.log_position
+            ));
+        }
+        let after = self
+            .store
+            .collection_log_since(meta.collection_id, meta.log_position, REPLAY_MAX + 1)
+            .await
+            .map_err(|e| e.to_string())?;
+        if after.len() as i64 > REPLAY_MAX {
+            return Ok(None);
+        }
+        let (dir, dim, params) = (dir.to_owned(), self.indexes.dim(), self.indexes.params());
+        // On a blocking thread: a damaged file can make the graph's loader
+        // panic, which is then an error here, not the process's end.
+        let idx = tokio::task::spawn_blocking(move || CollectionIndex::load(&dir, dim, params))
+            .await
+            .map_err(|e| format!("loading panicked: {e}"))?
+            .map_err(|e| e.to_string())?;
+        if idx.len() != meta.chunks || idx.documents() != meta.documents {
+            return Err(format!(
+                "holds {} chunks of {} documents, its record says {} of {}",
+                idx.len(),
+                idx.documents(),
+                meta.chunks,
+                meta.documents
+            ));
+        }
+        let idx = Arc::new(idx);
+        lock(&self.saved).insert(
+            meta.collection_id,
+            SavedState {
+                index: Arc::downgrade(&idx),
+                version: idx.version(),
+                at: Instant::now(),
+            },
+        );
+        for e in &after {
+            if e.op == "upsert" || e.op == "delete" {
+                self.apply_document(&idx, e)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(Some((idx, after.len())))
+    }
+
+    /// Saves the snapshot of every loaded collection of at least
+    /// `min_chunks` chunks that has none yet, or that changed since its
+    /// last one was saved `every` ago. Each save holds the write lock (no
+    /// ingest lands while it writes; searches go on). Returns how many
+    /// were saved.
+    pub async fn save_snapshots(&self) -> Result<usize, CorpusError> {
+        let Some(cfg) = &self.snapshots else {
+            return Ok(0);
+        };
+        let ids: Vec<(i64, String)> = lock(&self.loaded_ids)
+            .iter()
+            .map(|(id, name)| (*id, name.clone()))
+            .collect();
+        let mut n = 0;
+        for (coll_id, name) in ids {
+            let due = |idx: &Arc<CollectionIndex>| {
+                idx.len() >= cfg.min_chunks
+                    && match lock(&self.saved).get(&coll_id) {
+                        None => true,
+                        Some(s) if !std::ptr::eq(s.index.as_ptr(), Arc::as_ptr(idx)) => true,
+                        Some(s) => s.version != idx.version() && s.at.elapsed() >= cfg.every,
+                    }
+            };
+            if !self.indexes.get(&name).is_some_and(|idx| due(&idx)) {
+                continue;
+            }
+            let _w = self.write_lock.lock().await;
+            // Looked at again under the lock: it may have gone meanwhile.
+            let Some(idx) = self.indexes.get(&name).filter(|idx| due(idx)) else {
+                continue;
+            };
+            if lock(&self.loaded_ids).get(&coll_id) != Some(&name) {
+                continue;
+            }
+            // Every change up to the follower's position is in the index
+            // (and this process's own later writes, which a load replays
+            // again, changing nothing).
+            let position = self.applied.load(std::sync::atomic::Ordering::Acquire);
+            let log_at_ms = match self.store.log_entry(position).await? {
+                Some(e) => e.at_ms,
+                None => 0,
+            };
+            let meta = SnapshotMeta {
+                format: snapshots::FORMAT,
+                collection_id: coll_id,
+                collection: name.clone(),
+                log_position: position,
+                log_at_ms,
+                dim: self.indexes.dim(),
+                chunks: 0,
+                documents: 0,
+                saved_at_ms: ragtime_store::now_ms(),
+            };
+            let version = idx.version();
+            let started = Instant::now();
+            let (root, index) = (cfg.dir.clone(), idx.clone());
+            let saved = tokio::task::spawn_blocking(move || snapshots::save(&root, &index, meta))
+                .await
+                .map_err(|e| IndexError::Snapshot(format!("saving panicked: {e}")))?;
+            match saved {
+                Ok(meta) => {
+                    tracing::info!(
+                        collection = %name,
+                        chunks = meta.chunks,
+                        log_position = meta.log_position,
+                        took_ms = started.elapsed().as_millis() as u64,
+                        "indexes saved"
+                    );
+                    lock(&self.saved).insert(
+                        coll_id,
+                        SavedState {
+                            index: Arc::downgrade(&idx),
+                            version,
+                            at: Instant::now(),
+                        },
+                    );
+                    n += 1;
+                }
+                Err(e) => {
+                    tracing::warn!(collection = %name, error = %e, "saving the indexes failed");
+                    // Not again before `every`.
+                    lock(&self.saved).insert(
+                        coll_id,
+                        SavedState {
+                            index: Arc::downgrade(&idx),
+                            version: version.wrapping_sub(1),
+                            at: Instant::now(),
+                        },
+                    );
+                }
+            }
+        }
+        Ok(n)
     }
 
     /// An existing collection as the pipeline's retriever, and how long
@@ -445,11 +693,20 @@ impl Corpus {
         let dropped = self.store.drop_collection(id).await?;
         self.indexes.remove(name);
         lock(&self.loaded_ids).remove(&id);
+        self.forget_snapshot(id);
         if let Some(d) = &dropped {
             self.remember(d.version);
             self.advance(d.version);
         }
         Ok(dropped)
+    }
+
+    /// Removes a dropped collection's snapshot.
+    fn forget_snapshot(&self, coll_id: i64) {
+        lock(&self.saved).remove(&coll_id);
+        if let Some(cfg) = &self.snapshots {
+            snapshots::remove(&cfg.dir, coll_id);
+        }
     }
 
     /// What every collection holds together, how many are loaded and the
@@ -523,9 +780,7 @@ impl Corpus {
         if entries.len() as i64 == FOLLOW_BATCH {
             // More may wait: how many, and since when.
             if let Some(next) = self.store.log_since(applied, 1).await?.first() {
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_millis() as i64);
+                let now = ragtime_store::now_ms();
                 lag.entries = self.store.corpus_version().await? - applied;
                 lag.seconds = (now - next.at_ms).max(0) as f64 / 1000.0;
             }
@@ -543,6 +798,9 @@ impl Corpus {
     /// lock). A document's change is applied as the store holds it now, so
     /// applying an entry that a load already reflects changes nothing.
     async fn apply(&self, e: &ragtime_store::LogEntry) -> Result<(), CorpusError> {
+        if e.op == "drop_collection" {
+            self.forget_snapshot(e.collection_id);
+        }
         let name = lock(&self.loaded_ids).get(&e.collection_id).cloned();
         let Some(name) = name else {
             return Ok(());
@@ -556,33 +814,43 @@ impl Corpus {
                 self.indexes.remove(&name);
                 lock(&self.loaded_ids).remove(&e.collection_id);
             }
-            "upsert" | "delete" => {
-                let stored = self
-                    .store
-                    .document_index_chunks(e.collection_id, &e.external_id)
-                    .await?;
-                let old: std::collections::HashSet<i64> =
-                    index.chunks_of(&e.external_id).into_iter().collect();
-                let new: std::collections::HashSet<i64> =
-                    stored.iter().map(|c| c.chunk_id).collect();
-                if old == new {
-                    return Ok(());
-                }
-                let gone: Vec<i64> = old.difference(&new).copied().collect();
-                let mut items = index_items(stored);
-                items.retain(|(c, _)| !old.contains(&c.chunk_id));
-                let applied = tokio::task::block_in_place(|| {
-                    index.remove(&gone)?;
-                    index.add(items)
-                });
-                if let Err(err) = applied {
+            "upsert" | "delete" => match self.apply_document(&index, e).await {
+                Err(CorpusError::Index(err)) => {
                     tracing::warn!(error = %err, collection = %name, "applying a change failed: the collection reloads from the store");
                     self.indexes.remove(&name);
                     lock(&self.loaded_ids).remove(&e.collection_id);
                 }
-            }
+                r => r?,
+            },
             _ => {}
         }
+        Ok(())
+    }
+
+    /// Puts a document's changed chunks in `index` as the store holds them
+    /// now (so applying an entry twice changes nothing the second time).
+    async fn apply_document(
+        &self,
+        index: &CollectionIndex,
+        e: &ragtime_store::LogEntry,
+    ) -> Result<(), CorpusError> {
+        let stored = self
+            .store
+            .document_index_chunks(e.collection_id, &e.external_id)
+            .await?;
+        let old: std::collections::HashSet<i64> =
+            index.chunks_of(&e.external_id).into_iter().collect();
+        let new: std::collections::HashSet<i64> = stored.iter().map(|c| c.chunk_id).collect();
+        if old == new {
+            return Ok(());
+        }
+        let gone: Vec<i64> = old.difference(&new).copied().collect();
+        let mut items = index_items(stored);
+        items.retain(|(c, _)| !old.contains(&c.chunk_id));
+        tokio::task::block_in_place(|| {
+            index.remove(&gone)?;
+            index.add(items)
+        })?;
         Ok(())
     }
 

@@ -41,6 +41,14 @@ impl Jobs {
             .remove(id);
     }
 
+    /// Whether this replica still runs the job.
+    fn holds(&self, id: &str) -> bool {
+        self.live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(id)
+    }
+
     /// How many jobs this replica holds.
     pub(crate) fn len(&self) -> usize {
         self.live
@@ -257,14 +265,7 @@ impl Pipeline {
             store.request_job_cancel(id).await.map_err(internal)?;
             if self.jobs.stop(id) {
                 let until = tokio::time::Instant::now() + wait;
-                while self
-                    .jobs
-                    .live
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .contains_key(id)
-                    && tokio::time::Instant::now() < until
-                {
+                while self.jobs.holds(id) && tokio::time::Instant::now() < until {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             }

@@ -11,7 +11,8 @@
 //! - [`search`], [`rerank`], [`chat`], [`embeddings`]: the requests, written
 //!   against the stage traits of `ragtime-core`;
 //! - [`Pipeline`]: every request's owner (collection, budgets, recording);
-//! - [`corpus`]: ingestion into the store and the indexes;
+//! - [`corpus`]: ingestion into the store and the indexes; [`snapshots`]:
+//!   the indexes saved on local disk, so a start does not rebuild them;
 //! - [`budgets`], [`experiment`], [`advice`]: budgets at runtime;
 //! - [`backend`]: the LLM backends — admission gates, routing, hedging,
 //!   circuit breakers; [`load`]: how requests shrink as they fill up;
@@ -33,6 +34,7 @@ mod profile;
 pub mod rerank;
 pub mod search;
 mod service;
+pub mod snapshots;
 pub mod stages;
 pub mod stats;
 

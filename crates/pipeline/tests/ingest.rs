@@ -4,6 +4,7 @@
 
 use ragtime_embed::{EmbedService, EmbedderOptions, OnnxEmbedder, ServiceOptions};
 use ragtime_pipeline::corpus::{ChunkParams, Corpus as Rag, IngestDoc};
+use ragtime_pipeline::snapshots::SnapshotConfig;
 use ragtime_store::{Store, Upsert};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -23,9 +24,13 @@ async fn rag() -> (Rag, tempfile::TempDir) {
 
 async fn rag_with_service() -> (Rag, tempfile::TempDir, Arc<EmbedService>) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = Store::open(&Store::sqlite_url(dir.path()))
-        .await
-        .expect("store");
+    let (rag, svc) = rag_at(dir.path()).await;
+    (rag, dir, svc)
+}
+
+/// A corpus on the SQLite store in `dir` (opened again if it exists).
+async fn rag_at(dir: &std::path::Path) -> (Rag, Arc<EmbedService>) {
+    let store = Store::open(&Store::sqlite_url(dir)).await.expect("store");
     let c = cache();
     let model = OnnxEmbedder::load(&EmbedderOptions {
         model_dir: c.join("models/all-minilm-l6-v2"),
@@ -43,7 +48,7 @@ async fn rag_with_service() -> (Rag, tempfile::TempDir, Arc<EmbedService>) {
     };
     let chunker = model.chunker(params.max_tokens, params.overlap);
     let svc = Arc::new(EmbedService::new(model, ServiceOptions::default()));
-    (Rag::new(store, svc.clone(), chunker, params), dir, svc)
+    (Rag::new(store, svc.clone(), chunker, params), svc)
 }
 
 fn doc(id: &str, text: &str) -> IngestDoc {
@@ -192,4 +197,118 @@ async fn an_abandoned_ingest_stops_its_embedding() {
     );
     let coll = rag.store.collection_id("c").await.expect("q").expect("c");
     assert_eq!(rag.store.get_document(coll, "d0").await.expect("q"), None);
+}
+
+/// Snapshots under `dir` for every collection, saved whenever asked.
+fn snapshots(dir: &std::path::Path) -> SnapshotConfig {
+    SnapshotConfig {
+        dir: dir.to_owned(),
+        min_chunks: 1,
+        every: std::time::Duration::ZERO,
+    }
+}
+
+/// The store's chunk ids of a document.
+async fn stored_chunks(rag: &Rag, id: &str) -> Vec<i64> {
+    let coll = rag.store.collection_id("c").await.expect("q").expect("c");
+    match rag.store.get_document(coll, id).await.expect("q") {
+        Some(d) => d.chunks.iter().map(|c| c.id).collect(),
+        None => Vec::new(),
+    }
+}
+
+/// A process that saved its indexes and went on writing; the next process
+/// starts from the snapshot and replays the writes made after it, ending
+/// where the store is. A snapshot of another store is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_loads_the_snapshot_and_replays_what_came_after() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let saved = tempfile::tempdir().expect("tempdir");
+    let docs: Vec<IngestDoc> = (0..12)
+        .map(|i| {
+            doc(
+                &format!("d{i}"),
+                &format!("Note {i}: glaciers carve valleys number{i}."),
+            )
+        })
+        .collect();
+    {
+        let (a, _) = rag_at(dir.path()).await;
+        let a = a.with_snapshots(snapshots(saved.path()));
+        a.rebuild().await.expect("rebuild");
+        a.follow().await.expect("follow");
+        a.ingest("c", docs).await.expect("ingest");
+        a.follow().await.expect("follow");
+        assert_eq!(a.save_snapshots().await.expect("save"), 1);
+        assert_eq!(
+            a.save_snapshots().await.expect("save"),
+            0,
+            "nothing changed"
+        );
+        // After the save: a new document, a replaced one, a deleted one.
+        a.ingest("c", vec![doc("new", "Lichens split rock into soil.")])
+            .await
+            .expect("ingest");
+        a.ingest("c", vec![doc("d2", "Volcanoes build islands from basalt.")])
+            .await
+            .expect("replace");
+        assert!(a.delete("c", "d3").await.expect("delete"));
+    }
+    let (b, _) = rag_at(dir.path()).await;
+    let b = b.with_snapshots(snapshots(saved.path()));
+    b.rebuild().await.expect("rebuild");
+    assert_eq!(b.snapshot_loads(), 1, "loaded from the snapshot");
+    let idx = b.collection("c").await.expect("collection");
+    let coll = b.store.collection_id("c").await.expect("q").expect("c");
+    let stored = b.store.index_chunks_in(coll).await.expect("chunks").len();
+    assert_eq!(idx.len(), stored, "every stored chunk, nothing else");
+    for id in ["d0", "d2", "d3", "new"] {
+        let mut held = idx.chunks_of(id);
+        held.sort_unstable();
+        assert_eq!(held, stored_chunks(&b, id).await, "{id}");
+    }
+    let lexical = |q: &str| {
+        idx.lexical_search(
+            q,
+            5,
+            &ragtime_retrieve::Allowed::All,
+            &ragtime_core::Cancel::new(),
+        )
+        .expect("search")
+        .iter()
+        .filter_map(|h| idx.chunk(h.chunk_id).map(|c| c.external_id.clone()))
+        .collect::<Vec<_>>()
+    };
+    assert_eq!(lexical("lichens"), ["new"]);
+    assert_eq!(lexical("basalt"), ["d2"]);
+    assert!(lexical("number2").is_empty(), "d2's old text is gone");
+    assert!(lexical("number3").is_empty(), "d3 is gone");
+    assert_eq!(lexical("number7"), ["d7"]);
+
+    // Another store with the same collection id: its log differs, so the
+    // snapshot is not used (and removed).
+    let other = tempfile::tempdir().expect("tempdir");
+    let (c, _) = rag_at(other.path()).await;
+    let c = c.with_snapshots(snapshots(saved.path()));
+    c.ingest("c", vec![doc("x", "Only this one.")])
+        .await
+        .expect("ingest");
+    let c = {
+        // A fresh process on that store.
+        drop(c);
+        rag_at(other.path())
+            .await
+            .0
+            .with_snapshots(snapshots(saved.path()))
+    };
+    c.rebuild().await.expect("rebuild");
+    assert_eq!(c.snapshot_loads(), 0);
+    assert_eq!(c.collection("c").await.expect("c").len(), 1);
+    assert!(
+        std::fs::read_dir(saved.path())
+            .expect("dir")
+            .next()
+            .is_none(),
+        "the foreign snapshot was removed"
+    );
 }

@@ -2,10 +2,12 @@
 
 use crate::dense::{Dense, DenseParams, SearchPath};
 use crate::lexical::{AUTO_MAX_CHUNKS, Boosts, Entry, Lexical, LexicalUnit};
+use crate::snapshot::{self, Saved, read_chunks, sync_tree, write_chunks};
 use crate::{Chunk, DocHit, Hit, IndexError};
 use ragtime_core::{Cancel, Filter};
 use serde_json::Value;
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
@@ -152,6 +154,11 @@ impl CollectionIndex {
             + self.dense.memory_bytes()
             + self.lexical.memory_bytes()
             + self.documents.memory_bytes()
+    }
+
+    /// Moves on every change: whether the collection changed since a look.
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
     }
 
     /// When a search last used the collection (milliseconds on the
@@ -495,6 +502,73 @@ impl CollectionIndex {
             d.chunks.truncate(per_document);
         }
         Ok(docs)
+    }
+
+    /// Writes the collection's indexes into `dir` (which exists and is
+    /// empty) and flushes them to disk. No write may run meanwhile (the
+    /// caller serialises writes); searches may.
+    pub fn save(&self, dir: &Path) -> Result<Saved, IndexError> {
+        let saved = {
+            let corpus = self.corpus.read().unwrap_or_else(PoisonError::into_inner);
+            let mut ids: Vec<&i64> = corpus.docs.keys().collect();
+            ids.sort_unstable();
+            write_chunks(
+                &dir.join(snapshot::CHUNKS_FILE),
+                ids.into_iter().map(|id| {
+                    let chunks = corpus.docs[id]
+                        .chunks
+                        .iter()
+                        .filter_map(|c| corpus.chunks.get(c))
+                        .collect();
+                    (*id, chunks)
+                }),
+            )?
+        };
+        self.dense.save(dir)?;
+        for (name, index) in [
+            (snapshot::CHUNKS_BM25, &self.lexical),
+            (snapshot::DOCUMENTS_BM25, &self.documents),
+        ] {
+            std::fs::create_dir(dir.join(name))?;
+            index.save(&dir.join(name))?;
+        }
+        sync_tree(dir)?;
+        Ok(saved)
+    }
+
+    /// The collection [`CollectionIndex::save`] wrote into `dir`.
+    pub fn load(dir: &Path, dim: usize, params: DenseParams) -> Result<Self, IndexError> {
+        let mut corpus = Corpus::default();
+        read_chunks(&dir.join(snapshot::CHUNKS_FILE), |chunks| {
+            let Some(first) = chunks.first() else {
+                return;
+            };
+            corpus
+                .by_external
+                .insert(first.external_id.clone(), first.document_id);
+            corpus.docs.insert(
+                first.document_id,
+                DocEntry {
+                    metadata: first.metadata.clone(),
+                    chunks: chunks.iter().map(|c| c.chunk_id).collect(),
+                },
+            );
+            for c in chunks {
+                corpus.chunks.insert(c.chunk_id, Arc::new(c));
+            }
+        })?;
+        let dense = Dense::load(dim, params, dir, |id| {
+            corpus.chunks.contains_key(&(id as i64))
+        })?;
+        Ok(Self {
+            corpus: RwLock::new(corpus),
+            dense,
+            lexical: Lexical::load(&dir.join(snapshot::CHUNKS_BM25))?,
+            documents: Lexical::load(&dir.join(snapshot::DOCUMENTS_BM25))?,
+            version: AtomicU64::new(0),
+            filter_cache: Mutex::new(HashMap::new()),
+            last_used: AtomicU64::new(crate::now_ms()),
+        })
     }
 
     /// A document's chunks, best first: by similarity to `query` when

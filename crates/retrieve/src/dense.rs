@@ -3,9 +3,12 @@
 use crate::collection::Allowed;
 use crate::{Hit, IndexError};
 use hnsw_rs::anndists::dist::Distance;
+use hnsw_rs::api::AnnT;
+use hnsw_rs::hnswio::HnswIo;
 use hnsw_rs::prelude::Hnsw;
 use ragtime_core::Cancel;
 use std::collections::{HashMap, HashSet};
+use std::path::Path;
 use std::sync::{Arc, PoisonError, RwLock};
 
 /// HNSW and filtered-search settings.
@@ -55,6 +58,9 @@ impl Distance<f32> for UnitCosine {
 }
 
 type Graph = Hnsw<'static, f32, UnitCosine>;
+
+/// The base name of the graph's dump files.
+const DUMP: &str = "dense";
 
 pub struct Dense {
     dim: usize,
@@ -210,6 +216,74 @@ impl Dense {
             .clear();
     }
 
+    /// The graph as it is now (none before the first insert).
+    fn current_graph(&self) -> Option<Arc<Graph>> {
+        self.graph
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Writes the graph (with its vectors) into `dir` as hnsw_rs's dump,
+    /// `dense.hnsw.graph` and `dense.hnsw.data`; nothing for an empty one.
+    pub fn save(&self, dir: &Path) -> Result<(), IndexError> {
+        let Some(graph) = self.current_graph() else {
+            return Ok(());
+        };
+        let name = graph
+            .file_dump(dir, DUMP)
+            .map_err(|e| IndexError::Snapshot(format!("dumping the graph: {e:#}")))?;
+        if name != DUMP {
+            return Err(IndexError::Snapshot(format!(
+                "the graph was dumped as {name}, not {DUMP}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The graph [`Dense::save`] wrote into `dir`; `live` says which of its
+    /// points still hold a chunk (the rest are kept as tombstones, as they
+    /// were). An empty index when `dir` holds no graph.
+    pub fn load(
+        dim: usize,
+        params: DenseParams,
+        dir: &Path,
+        live: impl Fn(usize) -> bool,
+    ) -> Result<Self, IndexError> {
+        let me = Self::new(dim, params);
+        if !dir.join(format!("{DUMP}.hnsw.graph")).is_file() {
+            return Ok(me);
+        }
+        // The loaded graph borrows its loader for its whole life (hnsw_rs
+        // ties them with a lifetime, for the memory-mapped case); the
+        // loader holds two paths and options, not the data, so it is
+        // leaked: a few hundred bytes per load.
+        let io: &'static mut HnswIo = Box::leak(Box::new(HnswIo::new(dir, DUMP)));
+        let graph: Graph = io
+            .load_hnsw::<f32, UnitCosine>()
+            .map_err(|e| IndexError::Snapshot(format!("loading the graph: {e:#}")))?;
+        if graph.get_point_indexation().get_data_dimension() != dim {
+            return Err(IndexError::Snapshot(format!(
+                "the saved graph has {} dimensions, the index {dim}",
+                graph.get_point_indexation().get_data_dimension()
+            )));
+        }
+        {
+            let mut vectors = me.vectors.write().unwrap_or_else(PoisonError::into_inner);
+            let mut deleted = me.deleted.write().unwrap_or_else(PoisonError::into_inner);
+            for p in graph.get_point_indexation() {
+                let id = p.get_origin_id();
+                if live(id) {
+                    vectors.insert(id, p.get_v().to_vec());
+                } else {
+                    deleted.insert(id);
+                }
+            }
+        }
+        *me.graph.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(graph));
+        Ok(me)
+    }
+
     /// The similarity of `query` to each point (`None` for one not held).
     pub fn similarities(&self, query: &[f32], ids: &[i64]) -> Vec<Option<f32>> {
         let vectors = self.vectors.read().unwrap_or_else(PoisonError::into_inner);
@@ -234,12 +308,7 @@ impl Dense {
         if k == 0 || query.len() != self.dim {
             return (Vec::new(), SearchPath::Exact);
         }
-        let graph = self
-            .graph
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        let Some(graph) = graph else {
+        let Some(graph) = self.current_graph() else {
             return (Vec::new(), SearchPath::Exact);
         };
         let to_hits = |ns: Vec<hnsw_rs::prelude::Neighbour>| -> Vec<Hit> {

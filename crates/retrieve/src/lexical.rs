@@ -5,8 +5,11 @@
 use crate::IndexError;
 use ragtime_core::Cancel;
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use tantivy::collector::{Collector, FilterCollector, SegmentCollector, TopDocs};
+use tantivy::directory::error::OpenReadError;
+use tantivy::directory::{Directory, RamDirectory};
 use tantivy::indexer::IndexWriterOptions;
 use tantivy::query::QueryParser;
 use tantivy::schema::{
@@ -145,6 +148,57 @@ impl Lexical {
         w.wait_merging_threads()?;
         built.reader.reload()?;
         Ok(())
+    }
+
+    /// Writes the index's files (its segments, `meta.json` and the list of
+    /// the files it manages) into `dir`, which exists and is empty. Nothing
+    /// is written for an index never written to.
+    pub fn save(&self, dir: &Path) -> Result<(), IndexError> {
+        let _one = self.writing.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(built) = self.built.get() else {
+            return Ok(());
+        };
+        let directory = built.index.directory();
+        let mut files = directory.list_managed_files();
+        files.insert(PathBuf::from("meta.json"));
+        files.insert(PathBuf::from(".managed.json"));
+        for file in files {
+            match directory.atomic_read(&file) {
+                Ok(bytes) => std::fs::write(dir.join(&file), bytes)?,
+                // Listed but already merged away.
+                Err(OpenReadError::FileDoesNotExist(_)) => {}
+                Err(e) => return Err(tantivy::TantivyError::from(e).into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// An index from the files [`Lexical::save`] wrote into `dir`, held in
+    /// memory like one built here (an empty index when `dir` holds none).
+    pub fn load(dir: &Path) -> Result<Self, IndexError> {
+        let me = Self::new()?;
+        if !dir.join("meta.json").is_file() {
+            return Ok(me);
+        }
+        let ram = RamDirectory::create();
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let bytes = std::fs::read(entry.path())?;
+            ram.atomic_write(Path::new(&entry.file_name()), &bytes)?;
+        }
+        let index = Index::open(ram)?;
+        if index.schema() != me.schema {
+            return Err(IndexError::Snapshot(format!(
+                "{}: the saved index has another schema",
+                dir.display()
+            )));
+        }
+        let reader = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .try_into()?;
+        let _ = me.built.set(Built { index, reader });
+        Ok(me)
     }
 
     /// The bytes the index's segments take (0 before the first write).

@@ -12,10 +12,12 @@
 mod collection;
 mod dense;
 mod lexical;
+mod snapshot;
 
 pub use collection::{Allowed, AllowedSet, CollectionIndex};
 pub use dense::{DenseParams, SearchPath};
 pub use lexical::{AUTO_MAX_CHUNKS, Boosts, LexicalUnit};
+pub use snapshot::Saved;
 
 use ragtime_core::Filter;
 pub use ragtime_core::{Chunk, DocHit, Hit};
@@ -30,6 +32,10 @@ pub enum IndexError {
     Lexical(#[from] tantivy::TantivyError),
     #[error("vector has {got} dimensions, the index {want}")]
     Dim { got: usize, want: usize },
+    #[error("snapshot: {0}")]
+    Snapshot(String),
+    #[error("snapshot: {0}")]
+    Io(#[from] std::io::Error),
 }
 
 /// All collections' indexes.

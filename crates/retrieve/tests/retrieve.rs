@@ -507,3 +507,154 @@ fn long_documents_are_ranked_by_their_best_chunk() {
     idx.add(short).expect("add");
     assert_eq!(idx.lexical_unit(LexicalUnit::Auto), LexicalUnit::Documents);
 }
+
+/// Searches whose answers a saved and loaded index must repeat.
+fn answers(idx: &CollectionIndex, vs: &[Vec<f32>]) -> Vec<String> {
+    let cancel = Cancel::new();
+    let mut out = Vec::new();
+    for q in vs.iter().step_by(37) {
+        let (hits, path) = idx.dense_search(q, 10, &Allowed::All, &cancel);
+        out.push(format!(
+            "{path:?} {:?}",
+            hits.iter().map(|h| h.chunk_id).collect::<Vec<_>>()
+        ));
+    }
+    for q in ["common", "word7", "word150 word151", "tail"] {
+        let lex = idx
+            .lexical_search(q, 20, &Allowed::All, &cancel)
+            .expect("lex");
+        out.push(format!(
+            "{q}: {:?}",
+            lex.iter()
+                .map(|h| (h.chunk_id, h.score))
+                .collect::<Vec<_>>()
+        ));
+        let docs = idx
+            .document_search(
+                q,
+                10,
+                &Allowed::All,
+                ragtime_retrieve::Boosts::DOCUMENTS,
+                Some(&vs[3]),
+                2,
+                &cancel,
+            )
+            .expect("documents");
+        out.push(format!("{q}: {docs:?}"));
+    }
+    let only = idx.allowed(&ragtime_retrieve::parse_filter(&json!({"group": 1})).expect("filter"));
+    let (hits, _) = idx.dense_search(&vs[8], 10, &only, &cancel);
+    out.push(format!(
+        "filtered {:?}",
+        hits.iter().map(|h| h.chunk_id).collect::<Vec<_>>()
+    ));
+    out
+}
+
+#[test]
+fn a_saved_collection_loads_with_the_same_answers_and_keeps_changing() {
+    let (n, dim) = (3000, 32);
+    let vs = vectors(n + 100, dim, 21);
+    // The graph, not the exact scan, answers unfiltered searches.
+    let params = DenseParams {
+        exact_below: 64,
+        ..DenseParams::default()
+    };
+    let idx = CollectionIndex::new(dim, params).expect("index");
+    // Three chunks a document, with titles, sections and metadata.
+    let chunk = |i: usize| {
+        let doc = (i / 3) as i64 + 1;
+        Chunk {
+            section: format!("part {}", i % 3),
+            ..part(
+                i as i64 + 1,
+                doc,
+                (i % 3) as i32,
+                &format!("Title {doc}"),
+                &format!("word{i} common text of chunk {i}"),
+                json!({"group": doc % 4, "tags": ["a", i % 2]}),
+            )
+        }
+    };
+    idx.add((0..n).map(|i| (chunk(i), vs[i].clone())).collect())
+        .expect("add");
+    // Tombstones in the graph: removed chunks must stay removed.
+    let gone: Vec<i64> = (1..=60).collect();
+    idx.remove(&gone).expect("remove");
+    let before = answers(&idx, &vs);
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let saved = idx.save(dir.path()).expect("save");
+    assert_eq!((saved.chunks, saved.documents), (n - 60, (n - 60) / 3));
+    let loaded = CollectionIndex::load(dir.path(), dim, params).expect("load");
+    assert_eq!(
+        (loaded.len(), loaded.documents()),
+        (idx.len(), idx.documents())
+    );
+    assert_eq!(answers(&loaded, &vs), before);
+    assert!(loaded.chunk(5).is_none());
+    let c = loaded.chunk(100).expect("chunk 100");
+    assert_eq!(
+        (c.title.as_str(), c.section.as_str()),
+        ("Title 34", "part 0")
+    );
+    assert_eq!(*c.metadata, json!({"group": 2, "tags": ["a", 1]}));
+
+    // The loaded graph and BM25 segments take new chunks and removals.
+    let new: Vec<(Chunk, Vec<f32>)> = (n..n + 100)
+        .map(|i| {
+            (
+                entry(i as i64 + 1, &format!("fresh tail {i}"), json!({})),
+                vs[i].clone(),
+            )
+        })
+        .collect();
+    loaded.add(new).expect("add to the loaded index");
+    loaded
+        .remove(&[61, 62, 63])
+        .expect("remove from the loaded index");
+    for (i, v) in vs.iter().enumerate().skip(n) {
+        let (hits, _) = loaded.dense_search(v, 1, &Allowed::All, &Cancel::new());
+        assert_eq!(
+            hits[0].chunk_id,
+            i as i64 + 1,
+            "a new point is found by its own vector"
+        );
+    }
+    let tail = loaded
+        .lexical_search("tail", 200, &Allowed::All, &Cancel::new())
+        .expect("lex");
+    assert_eq!(tail.len(), 100);
+    let common = loaded
+        .lexical_search("common", 5000, &Allowed::All, &Cancel::new())
+        .expect("lex");
+    assert_eq!(common.len(), n - 63);
+    assert!(common.iter().all(|h| h.chunk_id > 63));
+}
+
+#[test]
+fn a_damaged_snapshot_is_an_error_not_a_wrong_index() {
+    let dim = 8;
+    let vs = vectors(300, dim, 5);
+    let idx = CollectionIndex::new(dim, DenseParams::default()).expect("index");
+    idx.add(
+        vs.iter()
+            .enumerate()
+            .map(|(i, v)| (entry(i as i64 + 1, "some text", json!({})), v.clone()))
+            .collect(),
+    )
+    .expect("add");
+    let dir = tempfile::tempdir().expect("tempdir");
+    idx.save(dir.path()).expect("save");
+    let wrong_dim = CollectionIndex::load(dir.path(), 16, DenseParams::default());
+    assert!(wrong_dim.is_err(), "another dimension is refused");
+    std::fs::write(
+        dir.path().join("chunks.jsonl"),
+        "{\"document_id\": 1, trailing",
+    )
+    .expect("write");
+    let err = CollectionIndex::load(dir.path(), dim, DenseParams::default())
+        .err()
+        .expect("an error");
+    assert!(err.to_string().contains("chunks.jsonl line 1"), "{err}");
+}

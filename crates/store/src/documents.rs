@@ -101,6 +101,18 @@ pub struct LogEntry {
     pub at_ms: i64,
 }
 
+fn log_entry(
+    (id, collection_id, external_id, op, at_ms): (i64, i64, String, String, i64),
+) -> LogEntry {
+    LogEntry {
+        id,
+        collection_id,
+        external_id,
+        op,
+        at_ms,
+    }
+}
+
 /// f32 little-endian bytes.
 pub fn encode_vector(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
@@ -425,16 +437,28 @@ impl Store {
         let q = "SELECT id, collection_id, external_id, op, at_ms FROM ingest_log WHERE id > $1 ORDER BY id LIMIT $2";
         let rows: Vec<(i64, i64, String, String, i64)> =
             on_pool!(self, p => sqlx::query_as(q).bind(after).bind(limit).fetch_all(p).await?);
-        Ok(rows
-            .into_iter()
-            .map(|(id, collection_id, external_id, op, at_ms)| LogEntry {
-                id,
-                collection_id,
-                external_id,
-                op,
-                at_ms,
-            })
-            .collect())
+        Ok(rows.into_iter().map(log_entry).collect())
+    }
+
+    /// One collection's ingest-log entries after `after`, oldest first, at
+    /// most `limit` (what a saved snapshot of it has not seen).
+    pub async fn collection_log_since(
+        &self,
+        collection_id: i64,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<LogEntry>, StoreError> {
+        let q = "SELECT id, collection_id, external_id, op, at_ms FROM ingest_log WHERE collection_id = $1 AND id > $2 ORDER BY id LIMIT $3";
+        let rows: Vec<(i64, i64, String, String, i64)> = on_pool!(self, p => sqlx::query_as(q).bind(collection_id).bind(after).bind(limit).fetch_all(p).await?);
+        Ok(rows.into_iter().map(log_entry).collect())
+    }
+
+    /// One ingest-log entry.
+    pub async fn log_entry(&self, id: i64) -> Result<Option<LogEntry>, StoreError> {
+        let q = "SELECT id, collection_id, external_id, op, at_ms FROM ingest_log WHERE id = $1";
+        let row: Option<(i64, i64, String, String, i64)> =
+            on_pool!(self, p => sqlx::query_as(q).bind(id).fetch_optional(p).await?);
+        Ok(row.map(log_entry))
     }
 
     /// One collection's chunks with their embeddings, for loading its indexes.

@@ -203,7 +203,8 @@ impl Store {
     }
 }
 
-fn now_ms() -> i64 {
+/// Milliseconds since the Unix epoch: the clock every stored time uses.
+pub fn now_ms() -> i64 {
     use std::time::{SystemTime, UNIX_EPOCH};
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -184,6 +184,7 @@ impl Application {
             loading.set_pipeline(res);
             if let Some(p) = loading.loaded().cloned() {
                 tokio::spawn(follow_store(p.clone()));
+                tokio::spawn(save_snapshots(p.clone()));
                 unload_idle(p, loading.config.limits.idle_unload_s).await;
             }
         });
@@ -352,6 +353,20 @@ async fn follow_store(pipeline: Arc<ragtime_pipeline::Pipeline>) {
     }
 }
 
+/// Saves the snapshots of loaded collections that have none or changed
+/// (`[snapshots]`), looking every second (a look reads two numbers per
+/// loaded collection); runs for the process's life.
+async fn save_snapshots(pipeline: Arc<ragtime_pipeline::Pipeline>) {
+    let mut every = tokio::time::interval(Duration::from_secs(1));
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        if let Err(e) = pipeline.corpus.save_snapshots().await {
+            tracing::warn!(error = %e, "saving indexes failed; trying again later");
+        }
+    }
+}
+
 /// Drops the indexes of collections idle for `idle_s` (0: never), looking
 /// every quarter of that (at most once a minute); runs for the process's life.
 async fn unload_idle(pipeline: Arc<ragtime_pipeline::Pipeline>, idle_s: u64) {
@@ -380,9 +395,7 @@ async fn expire_conversations(store: ragtime_store::Store, days: u32) {
     let mut every = tokio::time::interval(Duration::from_secs(3600));
     loop {
         every.tick().await;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let now = ragtime_store::now_ms();
         match store.expire_jobs(now - JOB_RETENTION_MS).await {
             Ok(0) => {}
             Ok(jobs) => tracing::info!(jobs, "ended jobs' records removed"),

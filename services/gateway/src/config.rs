@@ -93,6 +93,7 @@ pub struct Config {
     pub cache: CacheConfig,
     pub auth: AuthConfig,
     pub limits: LimitsConfig,
+    pub snapshots: SnapshotsConfig,
     pub budgets: BudgetProfile,
     pub load: LoadConfig,
     pub telemetry: TelemetryConfig,
@@ -161,6 +162,30 @@ impl Default for LimitsConfig {
             max_concurrent_ingests: 8,
             max_jobs: 16,
             job_above_bytes: 4 * 1024 * 1024,
+        }
+    }
+}
+
+/// Collections' indexes saved in `data_dir/indexes` (`[snapshots]`), so
+/// a start reads them instead of rebuilding the HNSW graph from the store
+/// (then replays the store's changes made after the save).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SnapshotsConfig {
+    pub enabled: bool,
+    /// Collections with fewer chunks load from the store and are not saved.
+    pub min_chunks: usize,
+    /// A loaded collection that changed is saved again after this many
+    /// seconds (a save holds up ingests while it writes).
+    pub every_s: u64,
+}
+
+impl Default for SnapshotsConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            min_chunks: 10_000,
+            every_s: 300,
         }
     }
 }
@@ -509,6 +534,7 @@ impl Default for Config {
             cache: CacheConfig::default(),
             auth: AuthConfig::default(),
             limits: LimitsConfig::default(),
+            snapshots: SnapshotsConfig::default(),
             budgets: BudgetProfile::default(),
             load: LoadConfig::default(),
             telemetry: TelemetryConfig::default(),

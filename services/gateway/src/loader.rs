@@ -116,10 +116,20 @@ pub async fn corpus(
         crate::config::Lexical::Chunks => ragtime_pipeline::LexicalUnit::Chunks,
         crate::config::Lexical::Auto => ragtime_pipeline::LexicalUnit::Auto,
     };
-    Ok(Corpus::new(store, embedder, chunker, p)
+    let corpus = Corpus::new(store, embedder, chunker, p)
         .with_quotas(quotas)
         .with_preload(l.preload_collections)
-        .with_lexical_unit(unit))
+        .with_lexical_unit(unit);
+    let s = &config.snapshots;
+    Ok(if s.enabled {
+        corpus.with_snapshots(ragtime_pipeline::snapshots::SnapshotConfig {
+            dir: config.data_dir.join("indexes"),
+            min_chunks: s.min_chunks,
+            every: std::time::Duration::from_secs(s.every_s),
+        })
+    } else {
+        corpus
+    })
 }
 
 async fn reranker(config: &Config) -> Result<Option<Arc<dyn Reranker>>, String> {

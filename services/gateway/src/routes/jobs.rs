@@ -63,15 +63,9 @@ fn eta_seconds(j: &JobRecord, now_ms: i64) -> Option<f64> {
     Some(((j.chunks_total - j.chunks_done).max(0) as f64 / rate * 10.0).round() / 10.0)
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
 impl From<JobRecord> for JobOut {
     fn from(j: JobRecord) -> Self {
-        let eta_seconds = eta_seconds(&j, now_ms());
+        let eta_seconds = eta_seconds(&j, ragtime_store::now_ms());
         Self {
             status: j.status.as_str(),
             documents: Progress {

@@ -23,5 +23,6 @@ mod replicas;
 mod rerank;
 mod search;
 mod shapes;
+mod snapshots;
 mod tenants;
 mod upload;

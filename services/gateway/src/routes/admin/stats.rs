@@ -34,6 +34,9 @@ struct CollectionsOut {
     chunks: i64,
     /// The memory the loaded indexes hold.
     index_bytes: usize,
+    /// Collections loaded from their saved snapshot since start (not
+    /// rebuilt from the store).
+    loaded_from_snapshots: usize,
 }
 
 #[derive(Serialize)]
@@ -130,12 +133,14 @@ pub async fn stats(
         Some(p) => p.corpus.totals().await.map_err(ApiError::internal)?,
         None => Default::default(),
     };
+    let loaded_from_snapshots = state.loaded().map_or(0, |p| p.corpus.snapshot_loads());
     let collections = CollectionsOut {
         count: usage.collections,
         loaded,
         documents: usage.documents,
         chunks: usage.chunks,
         index_bytes,
+        loaded_from_snapshots,
     };
     Ok(Json(StatsOut {
         llm,

@@ -1,0 +1,154 @@
+//! Saved collection indexes on local disk: where they live, what they
+//! record of the store, and which one a load may trust.
+//!
+//! `<dir>/<collection id>/<log position>/` holds one snapshot
+//! ([`CollectionIndex::save`]) and, written last, `snapshot.json`: the
+//! store's change-log position it reflects (and that entry's time, so a
+//! snapshot of another database with the same ids is refused), its counts
+//! and the vector dimension. A folder without `snapshot.json` is a save
+//! that did not finish; it is never read and is removed by the next save.
+//! Snapshots are a cache of the store: any that cannot be trusted is
+//! removed and the collection loads from the store.
+
+use ragtime_retrieve::{CollectionIndex, Saved};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Where and when collections' indexes are saved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SnapshotConfig {
+    /// The folder (one per process: not shared between replicas).
+    pub dir: PathBuf,
+    /// Collections with fewer chunks load from the store (seconds) and
+    /// are not saved.
+    pub min_chunks: usize,
+    /// A collection that changed is saved again after this long.
+    pub every: Duration,
+}
+
+/// `snapshot.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SnapshotMeta {
+    pub format: u32,
+    pub collection_id: i64,
+    pub collection: String,
+    /// The change-log entry the snapshot reflects every change up to.
+    pub log_position: i64,
+    /// That entry's time (ms since the epoch; 0 for position 0).
+    pub log_at_ms: i64,
+    pub dim: usize,
+    pub chunks: usize,
+    pub documents: usize,
+    /// When it was written (ms since the epoch).
+    pub saved_at_ms: i64,
+}
+
+/// The snapshot format this build reads and writes.
+pub const FORMAT: u32 = 1;
+
+const META: &str = "snapshot.json";
+
+fn collection_dir(root: &Path, collection_id: i64) -> PathBuf {
+    root.join(collection_id.to_string())
+}
+
+/// The newest complete snapshot of a collection: its folder and record.
+pub fn latest(root: &Path, collection_id: i64) -> Option<(PathBuf, SnapshotMeta)> {
+    let mut best: Option<(PathBuf, SnapshotMeta)> = None;
+    for entry in std::fs::read_dir(collection_dir(root, collection_id)).ok()? {
+        let Ok(entry) = entry else { continue };
+        let path = entry.path();
+        let Ok(text) = std::fs::read_to_string(path.join(META)) else {
+            continue;
+        };
+        match serde_json::from_str::<SnapshotMeta>(&text) {
+            Ok(meta)
+                if meta.format == FORMAT
+                    && best
+                        .as_ref()
+                        .is_none_or(|(_, b)| meta.log_position > b.log_position) =>
+            {
+                best = Some((path, meta));
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "unreadable snapshot record")
+            }
+        }
+    }
+    best
+}
+
+/// Saves `index` as the collection's snapshot at `meta`'s log position,
+/// then removes its older snapshots and unfinished saves. Blocking.
+pub fn save(
+    root: &Path,
+    index: &CollectionIndex,
+    mut meta: SnapshotMeta,
+) -> Result<SnapshotMeta, ragtime_retrieve::IndexError> {
+    let parent = collection_dir(root, meta.collection_id);
+    std::fs::create_dir_all(&parent)?;
+    let tmp = parent.join(format!(
+        "{}.saving-{}",
+        meta.log_position,
+        std::process::id()
+    ));
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp)?;
+    }
+    std::fs::create_dir(&tmp)?;
+    let saved = index.save(&tmp);
+    let Saved { chunks, documents } = match saved {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Err(e);
+        }
+    };
+    meta.chunks = chunks;
+    meta.documents = documents;
+    let record = serde_json::to_vec_pretty(&meta).map_err(std::io::Error::other)?;
+    let file = tmp.join(META);
+    std::fs::write(&file, record)?;
+    std::fs::File::open(&file)?.sync_all()?;
+    let target = parent.join(meta.log_position.to_string());
+    if target.exists() {
+        std::fs::remove_dir_all(&target)?;
+    }
+    std::fs::rename(&tmp, &target)?;
+    std::fs::File::open(&parent)?.sync_all()?;
+    for entry in std::fs::read_dir(&parent)?.flatten() {
+        if entry.path() != target {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+    Ok(meta)
+}
+
+/// Removes a collection's snapshots.
+pub fn remove(root: &Path, collection_id: i64) {
+    let dir = collection_dir(root, collection_id);
+    if dir.exists()
+        && let Err(e) = std::fs::remove_dir_all(&dir)
+    {
+        tracing::warn!(path = %dir.display(), error = %e, "could not remove a snapshot");
+    }
+}
+
+/// Removes the snapshots of collections not in `keep` (dropped while this
+/// process was not running).
+pub fn retain(root: &Path, keep: &std::collections::HashSet<i64>) {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let id = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i64>().ok());
+        if id.is_some_and(|id| !keep.contains(&id)) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}

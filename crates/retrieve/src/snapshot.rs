@@ -1,0 +1,131 @@
+//! A collection's indexes saved to disk and loaded back, so a process
+//! starts from them instead of rebuilding the HNSW graph and the BM25
+//! segments from the store (at 100k chunks the graph alone is minutes of
+//! inserts on two cores; loading its dump is a read).
+//!
+//! A snapshot folder holds `chunks.jsonl` (one line per document: its ids,
+//! title, metadata and chunks' text), the graph as hnsw_rs dumps it
+//! (`dense.hnsw.graph`, `dense.hnsw.data`; the vectors are the graph's
+//! points) and the two tantivy indexes' files (`chunks-bm25/`,
+//! `documents-bm25/`). What it reflects of the store (the change-log
+//! position) is the caller's to record.
+
+use crate::{Chunk, IndexError};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::io::{BufRead, BufWriter, Write};
+use std::path::Path;
+use std::sync::Arc;
+
+/// One line of `chunks.jsonl`.
+#[derive(Serialize, Deserialize)]
+struct DocumentLine<'a> {
+    document_id: i64,
+    #[serde(borrow)]
+    external_id: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    title: std::borrow::Cow<'a, str>,
+    metadata: Value,
+    chunks: Vec<ChunkLine<'a>>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct ChunkLine<'a> {
+    chunk_id: i64,
+    position: i32,
+    #[serde(borrow)]
+    section: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    text: std::borrow::Cow<'a, str>,
+}
+
+pub(crate) const CHUNKS_FILE: &str = "chunks.jsonl";
+pub(crate) const CHUNKS_BM25: &str = "chunks-bm25";
+pub(crate) const DOCUMENTS_BM25: &str = "documents-bm25";
+
+/// What a saved collection holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Saved {
+    pub chunks: usize,
+    pub documents: usize,
+}
+
+/// Writes the documents' chunks, one line per document.
+pub(crate) fn write_chunks<'a>(
+    path: &Path,
+    documents: impl Iterator<Item = (i64, Vec<&'a Arc<Chunk>>)>,
+) -> Result<Saved, IndexError> {
+    let mut out = BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
+    let mut saved = Saved {
+        chunks: 0,
+        documents: 0,
+    };
+    for (document_id, chunks) in documents {
+        let Some(first) = chunks.first() else {
+            continue;
+        };
+        let line = DocumentLine {
+            document_id,
+            external_id: first.external_id.as_str().into(),
+            title: first.title.as_str().into(),
+            metadata: (*first.metadata).clone(),
+            chunks: chunks
+                .iter()
+                .map(|c| ChunkLine {
+                    chunk_id: c.chunk_id,
+                    position: c.position,
+                    section: c.section.as_str().into(),
+                    text: c.text.as_str().into(),
+                })
+                .collect(),
+        };
+        serde_json::to_writer(&mut out, &line).map_err(std::io::Error::other)?;
+        out.write_all(b"\n")?;
+        saved.chunks += chunks.len();
+        saved.documents += 1;
+    }
+    out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    Ok(saved)
+}
+
+/// Reads the chunks [`write_chunks`] wrote, calling `each` with every
+/// document's chunks.
+pub(crate) fn read_chunks(path: &Path, mut each: impl FnMut(Vec<Chunk>)) -> Result<(), IndexError> {
+    let file = std::io::BufReader::with_capacity(1 << 20, std::fs::File::open(path)?);
+    for (n, line) in file.lines().enumerate() {
+        let line = line?;
+        let d: DocumentLine = serde_json::from_str(&line)
+            .map_err(|e| IndexError::Snapshot(format!("{} line {}: {e}", path.display(), n + 1)))?;
+        let metadata = Arc::new(d.metadata);
+        each(
+            d.chunks
+                .into_iter()
+                .map(|c| Chunk {
+                    chunk_id: c.chunk_id,
+                    document_id: d.document_id,
+                    external_id: d.external_id.clone().into_owned(),
+                    position: c.position,
+                    title: d.title.clone().into_owned(),
+                    section: c.section.into_owned(),
+                    metadata: metadata.clone(),
+                    text: c.text.into_owned(),
+                })
+                .collect(),
+        );
+    }
+    Ok(())
+}
+
+/// Flushes every file under `dir` to disk.
+pub(crate) fn sync_tree(dir: &Path) -> Result<(), IndexError> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            sync_tree(&entry.path())?;
+        } else {
+            std::fs::File::open(entry.path())?.sync_all()?;
+        }
+    }
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(())
+}

@@ -1,0 +1,102 @@
+//! The server saves a collection's indexes once loaded, and its next start
+//! loads them and replays what was written after the save.
+
+use crate::helpers::{TestApp, ids};
+use reqwest::Method;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The complete snapshot records under `data/indexes`.
+fn records(data: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for coll in std::fs::read_dir(data.join("indexes"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        for snap in std::fs::read_dir(coll.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let record = snap.path().join("snapshot.json");
+            if record.is_file() {
+                out.push(record);
+            }
+        }
+    }
+    out
+}
+
+fn app() -> crate::helpers::Builder {
+    TestApp::builder().admin().config(|c| {
+        c.snapshots.min_chunks = 1;
+        // After the first save, not again within the test.
+        c.snapshots.every_s = 3600;
+    })
+}
+
+async fn loaded_from_snapshots(app: &TestApp) -> i64 {
+    let r = app.admin(Method::GET, "/admin/stats", None).await;
+    assert_eq!(r.status(), 200);
+    let stats: Value = r.json().await.expect("json");
+    stats["collections"]["loaded_from_snapshots"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("{stats}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_start_loads_the_saved_indexes_and_the_writes_after_them() {
+    let a = app().spawn().await;
+    a.ingest(json!({"collection": "notes", "documents": [
+        {"id": "glacier", "text": "Glaciers carve U-shaped valleys into mountains."},
+        {"id": "volcano", "text": "Volcanoes build islands from cooling basalt."},
+    ]}))
+    .await;
+    let t = Instant::now();
+    while records(a.data_dir()).is_empty() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "no snapshot was saved"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let record: Value =
+        serde_json::from_str(&std::fs::read_to_string(&records(a.data_dir())[0]).expect("read"))
+            .expect("record");
+    assert_eq!(record["chunks"], 2, "{record}");
+    // Written after the save (which is not made again for an hour).
+    a.ingest(json!({"collection": "notes", "documents": [
+        {"id": "lichen", "text": "Lichens split bare rock into the first soil."},
+    ]}))
+    .await;
+    let r = a
+        .http
+        .delete(a.url("/v1/documents/volcano?collection=notes"))
+        .send()
+        .await
+        .expect("delete");
+    assert_eq!(r.status(), 200);
+    assert_eq!(loaded_from_snapshots(&a).await, 0);
+    let data = a.shutdown_keep_data().await;
+    assert_eq!(records(data.path()).len(), 1);
+
+    let b = app().data_dir(data.path()).spawn().await;
+    assert_eq!(
+        loaded_from_snapshots(&b).await,
+        1,
+        "loaded from the snapshot"
+    );
+    let search = |q: &str| json!({"collection": "notes", "query": q, "top_k": 5, "rerank": false});
+    assert_eq!(
+        ids(&b.search(search("lichens rock soil")).await)[0],
+        "lichen"
+    );
+    assert_eq!(
+        ids(&b.search(search("glaciers valleys")).await)[0],
+        "glacier"
+    );
+    let basalt = b.search(search("volcanoes basalt islands")).await;
+    assert!(!ids(&basalt).contains(&"volcano".to_owned()), "{basalt}");
+}
