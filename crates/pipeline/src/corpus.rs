@@ -1,7 +1,9 @@
-//! The corpus: the store, the embedder and the indexes together. Ingestion writes the store first (the write is acknowledged
-//! only once committed) and then the in-memory indexes, which are rebuilt
-//! from the store on start, so a crash loses nothing acknowledged and
-//! leaves no half-indexed document.
+//! The corpus: the store, the embedder and the indexes together. Ingestion
+//! writes the store first (the write is acknowledged only once committed)
+//! and then the in-memory indexes, which are loaded at start from their
+//! snapshots brought up to the store's change log, or built from the
+//! store, so a crash loses nothing acknowledged and leaves no half-indexed
+//! document.
 
 use crate::snapshots::{self, SnapshotConfig, SnapshotMeta};
 use crate::stages::IndexRetriever;
@@ -382,9 +384,9 @@ impl Corpus {
             .fetch_max(version, std::sync::atomic::Ordering::AcqRel);
     }
 
-    /// Loads collections' indexes from the store, the largest first, up to
-    /// the preload count (every one by default); the rest load at their
-    /// first request. Returns the chunks indexed.
+    /// Loads collections' indexes (from their snapshots or the store), the
+    /// largest first, up to the preload count (every one by default); the
+    /// rest load at their first request. Returns the chunks indexed.
     pub async fn rebuild(&self) -> Result<usize, CorpusError> {
         let version = self.store.corpus_version().await?;
         // What loads from here on is at least this new: the follower

@@ -1,5 +1,5 @@
-//! In-memory retrieval indexes, one set per collection, rebuilt from the
-//! store on start: a filtered HNSW (`hnsw_rs`, dot product on unit vectors =
+//! In-memory retrieval indexes, one set per collection, built from the
+//! store or loaded from a snapshot of them (`snapshot`): a filtered HNSW (`hnsw_rs`, dot product on unit vectors =
 //! cosine) over the chunks, and BM25 indexes (`tantivy`, English stemming)
 //! over the same chunks and over whole documents, with the same metadata
 //! filters.

@@ -1,6 +1,6 @@
 //! Loading the stages in the background: the embedding model (warmed),
-//! the cross-encoder when configured, the indexes rebuilt from the store,
-//! and the [`Pipeline`] built from them. Until it is done `/readyz` says so.
+//! the cross-encoder when configured, the indexes (from their snapshots or
+//! the store), and the [`Pipeline`] built from them. Until it is done `/readyz` says so.
 
 use crate::config::Config;
 use crate::state::AppState;
@@ -170,8 +170,8 @@ fn answer_cache(config: &Config) -> Option<Arc<dyn ResponseCache>> {
     })
 }
 
-/// Loads every stage, rebuilds the indexes from the store, and builds the
-/// pipeline.
+/// Loads every stage and the indexes (from their snapshots or the store),
+/// and builds the pipeline.
 pub async fn load(state: &AppState, overrides: Overrides) -> Result<Pipeline, String> {
     let config = &state.config;
     let corpus = corpus(config, state.store.clone(), overrides.embedder).await?;
@@ -180,11 +180,12 @@ pub async fn load(state: &AppState, overrides: Overrides) -> Result<Pipeline, St
     let n = corpus
         .rebuild()
         .await
-        .map_err(|e| format!("rebuilding the indexes: {e}"))?;
+        .map_err(|e| format!("loading the indexes: {e}"))?;
     tracing::info!(
         chunks = n,
+        from_snapshots = corpus.snapshot_loads(),
         elapsed_ms = t1.elapsed().as_millis() as u64,
-        "indexes rebuilt from the store"
+        "indexes loaded"
     );
     let r = &config.rerank;
     let settings = Settings {

@@ -59,7 +59,7 @@ impl AppState {
         }
     }
 
-    /// The pipeline, once the models are warm and the indexes rebuilt;
+    /// The pipeline, once the models are warm and the indexes loaded;
     /// 503 until then.
     pub fn pipeline(&self) -> Result<Arc<Pipeline>, ApiError> {
         self.pipeline
