@@ -248,6 +248,24 @@ struct SavedState {
 /// most; past this, loading from the store is as quick.
 const REPLAY_MAX: i64 = 2000;
 
+/// Entries written this long before a snapshot's position are replayed
+/// too (see [`ragtime_store::Store::collection_log_recent`]).
+const REPLAY_MARGIN_MS: i64 = 30_000;
+
+/// Why a snapshot was not used.
+enum SnapshotFault {
+    /// It cannot be trusted: removed, the collection loads from the store.
+    Untrusted(String),
+    /// The store could not be read: the snapshot is kept.
+    Store(StoreError),
+}
+
+impl From<StoreError> for SnapshotFault {
+    fn from(e: StoreError) -> Self {
+        Self::Store(e)
+    }
+}
+
 /// How far the indexes are behind the store's change log.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Lag {
@@ -420,7 +438,7 @@ impl Corpus {
             return Ok((idx, None));
         }
         let started = Instant::now();
-        let idx = match self.load_snapshot(name, coll_id).await {
+        let idx = match self.load_snapshot(name, coll_id).await? {
             Some(idx) => idx,
             None => {
                 let items = index_items(self.store.index_chunks_in(coll_id).await?);
@@ -441,9 +459,17 @@ impl Corpus {
     /// The collection's indexes from its snapshot, brought up to the store
     /// by replaying its change-log entries after it; `None` (and the
     /// snapshot removed when it cannot be trusted) to load from the store.
-    async fn load_snapshot(&self, name: &str, coll_id: i64) -> Option<Arc<CollectionIndex>> {
-        let cfg = self.snapshots.as_ref()?;
-        let (dir, meta) = snapshots::latest(&cfg.dir, coll_id)?;
+    async fn load_snapshot(
+        &self,
+        name: &str,
+        coll_id: i64,
+    ) -> Result<Option<Arc<CollectionIndex>>, CorpusError> {
+        let Some(cfg) = self.snapshots.as_ref() else {
+            return Ok(None);
+        };
+        let Some((dir, meta)) = snapshots::latest(&cfg.dir, coll_id) else {
+            return Ok(None);
+        };
         let started = Instant::now();
         match self.open_snapshot(&dir, &meta).await {
             Ok(Some((idx, replayed))) => {
@@ -457,14 +483,15 @@ impl Corpus {
                     took_ms = started.elapsed().as_millis() as u64,
                     "indexes loaded from their snapshot"
                 );
-                Some(idx)
+                Ok(Some(idx))
             }
-            Ok(None) => None,
-            Err(why) => {
+            Ok(None) => Ok(None),
+            Err(SnapshotFault::Untrusted(why)) => {
                 tracing::warn!(collection = %name, path = %dir.display(), %why, "snapshot not used; loading from the store");
                 snapshots::remove(&cfg.dir, coll_id);
-                None
+                Ok(None)
             }
+            Err(SnapshotFault::Store(e)) => Err(e.into()),
         }
     }
 
@@ -474,57 +501,64 @@ impl Corpus {
         &self,
         dir: &std::path::Path,
         meta: &SnapshotMeta,
-    ) -> Result<Option<(Arc<CollectionIndex>, usize)>, String> {
+    ) -> Result<Option<(Arc<CollectionIndex>, usize)>, SnapshotFault> {
+        let untrusted = SnapshotFault::Untrusted;
         if meta.dim != self.indexes.dim() {
-            return Err(format!(
+            return Err(untrusted(format!(
                 "saved with {}-dimensional vectors, the embedder makes {}",
                 meta.dim,
                 self.indexes.dim()
-            ));
+            )));
         }
-        let version = self
-            .store
-            .corpus_version()
-            .await
-            .map_err(|e| e.to_string())?;
-        let entry = self
-            .store
-            .log_entry(meta.log_position)
-            .await
-            .map_err(|e| e.to_string())?;
+        let version = self.store.corpus_version().await?;
+        let entry = self.store.log_entry(meta.log_position).await?;
         let same_store = match entry {
             None => meta.log_position == 0,
             Some(e) => e.at_ms == meta.log_at_ms,
         };
         if !same_store || meta.log_position > version {
-            return Err(format!(
+            return Err(untrusted(format!(
                 "log position {} is not this store's",
                 meta.log_position
-            ));
+            )));
         }
-        let after = self
+        let mut after = self
             .store
             .collection_log_since(meta.collection_id, meta.log_position, REPLAY_MAX + 1)
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         if after.len() as i64 > REPLAY_MAX {
             return Ok(None);
         }
+        let recent = self
+            .store
+            .collection_log_recent(
+                meta.collection_id,
+                meta.log_position,
+                meta.log_at_ms - REPLAY_MARGIN_MS,
+                REPLAY_MAX,
+            )
+            .await?;
+        after.splice(0..0, recent);
+        snapshots::check(dir, meta).map_err(untrusted)?;
+        // Left behind if the process dies loading (hnsw_rs exits on a
+        // truncated file): the next start then refuses the snapshot.
+        let loading = snapshots::Loading::begin(dir).map_err(untrusted)?;
         let (dir, dim, params) = (dir.to_owned(), self.indexes.dim(), self.indexes.params());
-        // On a blocking thread: a damaged file can make the graph's loader
-        // panic, which is then an error here, not the process's end.
+        // On a blocking thread: a panic in the graph's loader is then an
+        // error here, not the process's end.
         let idx = tokio::task::spawn_blocking(move || CollectionIndex::load(&dir, dim, params))
             .await
-            .map_err(|e| format!("loading panicked: {e}"))?
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| untrusted(format!("loading panicked: {e}")))?
+            .map_err(|e| untrusted(e.to_string()))?;
+        drop(loading);
         if idx.len() != meta.chunks || idx.documents() != meta.documents {
-            return Err(format!(
+            return Err(untrusted(format!(
                 "holds {} chunks of {} documents, its record says {} of {}",
                 idx.len(),
                 idx.documents(),
                 meta.chunks,
                 meta.documents
-            ));
+            )));
         }
         let idx = Arc::new(idx);
         lock(&self.saved).insert(
@@ -537,9 +571,11 @@ impl Corpus {
         );
         for e in &after {
             if e.op == "upsert" || e.op == "delete" {
-                self.apply_document(&idx, e)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                match self.apply_document(&idx, e).await {
+                    Ok(()) => {}
+                    Err(CorpusError::Store(e)) => return Err(SnapshotFault::Store(e)),
+                    Err(e) => return Err(untrusted(e.to_string())),
+                }
             }
         }
         Ok(Some((idx, after.len())))
@@ -583,27 +619,38 @@ impl Corpus {
             // (and this process's own later writes, which a load replays
             // again, changing nothing).
             let position = self.applied.load(std::sync::atomic::Ordering::Acquire);
-            let log_at_ms = match self.store.log_entry(position).await? {
-                Some(e) => e.at_ms,
-                None => 0,
-            };
+            let version = idx.version();
+            let started = Instant::now();
+            let log_at_ms = self
+                .store
+                .log_entry(position)
+                .await
+                .map(|e| e.map_or(0, |e| e.at_ms));
             let meta = SnapshotMeta {
                 format: snapshots::FORMAT,
                 collection_id: coll_id,
                 collection: name.clone(),
                 log_position: position,
-                log_at_ms,
+                log_at_ms: 0,
                 dim: self.indexes.dim(),
                 chunks: 0,
                 documents: 0,
                 saved_at_ms: ragtime_store::now_ms(),
+                files: Default::default(),
             };
-            let version = idx.version();
-            let started = Instant::now();
-            let (root, index) = (cfg.dir.clone(), idx.clone());
-            let saved = tokio::task::spawn_blocking(move || snapshots::save(&root, &index, meta))
-                .await
-                .map_err(|e| IndexError::Snapshot(format!("saving panicked: {e}")))?;
+            let saved = match log_at_ms {
+                Ok(log_at_ms) => {
+                    let meta = SnapshotMeta { log_at_ms, ..meta };
+                    let (root, index) = (cfg.dir.clone(), idx.clone());
+                    tokio::task::spawn_blocking(move || snapshots::save(&root, &index, meta))
+                        .await
+                        .unwrap_or_else(|e| {
+                            Err(IndexError::Snapshot(format!("saving panicked: {e}")))
+                        })
+                        .map_err(|e| e.to_string())
+                }
+                Err(e) => Err(e.to_string()),
+            };
             match saved {
                 Ok(meta) => {
                     tracing::info!(

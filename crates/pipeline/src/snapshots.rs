@@ -1,17 +1,24 @@
 //! Saved collection indexes on local disk: where they live, what they
 //! record of the store, and which one a load may trust.
 //!
-//! `<dir>/<collection id>/<log position>/` holds one snapshot
-//! ([`CollectionIndex::save`]) and, written last, `snapshot.json`: the
-//! store's change-log position it reflects (and that entry's time, so a
-//! snapshot of another database with the same ids is refused), its counts
-//! and the vector dimension. A folder without `snapshot.json` is a save
-//! that did not finish; it is never read and is removed by the next save.
-//! Snapshots are a cache of the store: any that cannot be trusted is
-//! removed and the collection loads from the store.
+//! `<dir>/<collection id>/<log position>.<saved at>/` holds one snapshot
+//! ([`CollectionIndex::save`]) and `snapshot.json`: the store's change-log
+//! position it reflects (and that entry's time, so a snapshot of another
+//! database with the same ids is refused), its counts, the vector
+//! dimension and every file's size. It is written as
+//! `<position>.saving-<pid>` and renamed once complete and flushed; such a
+//! folder is never read, and is removed by the next save once its process
+//! is gone. Before a load its files' sizes are checked (hnsw_rs exits the
+//! process on a truncated file rather than returning an error), and a
+//! `loading-<pid>` marker is left in the folder while it loads: a process
+//! that died loading it leaves the marker, and the next start refuses the
+//! snapshot instead of dying again. Snapshots are a cache of the store: any
+//! that cannot be trusted is removed and the collection loads from the
+//! store.
 
 use ragtime_retrieve::{CollectionIndex, Saved};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -42,10 +49,16 @@ pub struct SnapshotMeta {
     pub documents: usize,
     /// When it was written (ms since the epoch).
     pub saved_at_ms: i64,
+    /// Every file's path in the folder and size in bytes.
+    #[serde(default)]
+    pub files: BTreeMap<String, u64>,
 }
 
 /// The snapshot format this build reads and writes.
-pub const FORMAT: u32 = 1;
+pub const FORMAT: u32 = 2;
+
+const SAVING: &str = ".saving-";
+const LOADING: &str = "loading-";
 
 const META: &str = "snapshot.json";
 
@@ -58,6 +71,9 @@ pub fn latest(root: &Path, collection_id: i64) -> Option<(PathBuf, SnapshotMeta)
     let mut best: Option<(PathBuf, SnapshotMeta)> = None;
     for entry in std::fs::read_dir(collection_dir(root, collection_id)).ok()? {
         let Ok(entry) = entry else { continue };
+        if entry.file_name().to_string_lossy().contains(SAVING) {
+            continue;
+        }
         let path = entry.path();
         let Ok(text) = std::fs::read_to_string(path.join(META)) else {
             continue;
@@ -65,9 +81,9 @@ pub fn latest(root: &Path, collection_id: i64) -> Option<(PathBuf, SnapshotMeta)
         match serde_json::from_str::<SnapshotMeta>(&text) {
             Ok(meta)
                 if meta.format == FORMAT
-                    && best
-                        .as_ref()
-                        .is_none_or(|(_, b)| meta.log_position > b.log_position) =>
+                    && best.as_ref().is_none_or(|(_, b)| {
+                        (meta.log_position, meta.saved_at_ms) > (b.log_position, b.saved_at_ms)
+                    }) =>
             {
                 best = Some((path, meta));
             }
@@ -90,7 +106,7 @@ pub fn save(
     let parent = collection_dir(root, meta.collection_id);
     std::fs::create_dir_all(&parent)?;
     let tmp = parent.join(format!(
-        "{}.saving-{}",
+        "{}{SAVING}{}",
         meta.log_position,
         std::process::id()
     ));
@@ -108,22 +124,95 @@ pub fn save(
     };
     meta.chunks = chunks;
     meta.documents = documents;
+    meta.files = BTreeMap::new();
+    list_files(&tmp, &tmp, &mut meta.files)?;
     let record = serde_json::to_vec_pretty(&meta).map_err(std::io::Error::other)?;
     let file = tmp.join(META);
     std::fs::write(&file, record)?;
     std::fs::File::open(&file)?.sync_all()?;
-    let target = parent.join(meta.log_position.to_string());
-    if target.exists() {
-        std::fs::remove_dir_all(&target)?;
-    }
+    std::fs::File::open(&tmp)?.sync_all()?;
+    // A new name each time: the snapshot in use is not touched until the
+    // new one is in place.
+    let target = parent.join(format!("{}.{}", meta.log_position, meta.saved_at_ms));
     std::fs::rename(&tmp, &target)?;
     std::fs::File::open(&parent)?.sync_all()?;
     for entry in std::fs::read_dir(&parent)?.flatten() {
-        if entry.path() != target {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let stale = match name.split_once(SAVING) {
+            // Another live process's save under way is left alone.
+            Some((_, pid)) => !pid.parse::<u32>().is_ok_and(alive),
+            None => entry.path() != target,
+        };
+        if stale {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
     Ok(meta)
+}
+
+/// Whether process `pid` runs (read from `/proc`: Linux).
+fn alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+fn list_files(root: &Path, dir: &Path, out: &mut BTreeMap<String, u64>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        if entry.file_type()?.is_dir() {
+            list_files(root, &path, out)?;
+        } else {
+            let rel = path.strip_prefix(root).map_err(std::io::Error::other)?;
+            out.insert(rel.to_string_lossy().into_owned(), entry.metadata()?.len());
+        }
+    }
+    Ok(())
+}
+
+/// Checks that a snapshot's files are all there at their recorded sizes
+/// and that no process died loading it.
+pub fn check(dir: &Path, meta: &SnapshotMeta) -> Result<(), String> {
+    if meta.files.is_empty() {
+        return Err("its record lists no files".into());
+    }
+    for (file, size) in &meta.files {
+        match std::fs::metadata(dir.join(file)) {
+            Ok(m) if m.len() == *size => {}
+            Ok(m) => {
+                return Err(format!(
+                    "{file} has {} bytes, its record says {size}",
+                    m.len()
+                ));
+            }
+            Err(e) => return Err(format!("{file}: {e}")),
+        }
+    }
+    for entry in std::fs::read_dir(dir).map_err(|e| e.to_string())?.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if let Some(pid) = name.strip_prefix(LOADING)
+            && !pid.parse::<u32>().is_ok_and(alive)
+        {
+            return Err("a process died loading it".into());
+        }
+    }
+    Ok(())
+}
+
+/// Marks a snapshot as being loaded by this process until dropped.
+pub struct Loading(PathBuf);
+
+impl Loading {
+    pub fn begin(dir: &Path) -> Result<Self, String> {
+        let marker = dir.join(format!("{LOADING}{}", std::process::id()));
+        std::fs::write(&marker, b"").map_err(|e| e.to_string())?;
+        Ok(Self(marker))
+    }
+}
+
+impl Drop for Loading {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 /// Removes a collection's snapshots.

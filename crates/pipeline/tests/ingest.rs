@@ -312,3 +312,69 @@ async fn a_start_loads_the_snapshot_and_replays_what_came_after() {
         "the foreign snapshot was removed"
     );
 }
+
+/// The newest snapshot's folder under `root`.
+fn snapshot_dir(root: &std::path::Path) -> std::path::PathBuf {
+    let coll = std::fs::read_dir(root)
+        .expect("root")
+        .flatten()
+        .next()
+        .expect("a collection");
+    std::fs::read_dir(coll.path())
+        .expect("collection")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.join("snapshot.json").is_file())
+        .expect("a snapshot")
+}
+
+/// A snapshot with a truncated file, or one a process died loading (its
+/// marker left behind), is not loaded: the collection comes from the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_or_half_loaded_snapshot_is_not_used() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let saved = tempfile::tempdir().expect("tempdir");
+    let docs: Vec<IngestDoc> = (0..6)
+        .map(|i| doc(&format!("d{i}"), &format!("Note {i} on tides and moons.")))
+        .collect();
+    let start = || async {
+        let rag = rag_at(dir.path())
+            .await
+            .0
+            .with_snapshots(snapshots(saved.path()));
+        rag.rebuild().await.expect("rebuild");
+        rag.follow().await.expect("follow");
+        rag
+    };
+    let a = start().await;
+    a.ingest("c", docs).await.expect("ingest");
+    a.follow().await.expect("follow");
+    assert_eq!(a.save_snapshots().await.expect("save"), 1);
+    drop(a);
+    let data = snapshot_dir(saved.path()).join("dense.hnsw.data");
+    let len = std::fs::metadata(&data).expect("data").len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&data)
+        .expect("open")
+        .set_len(len - 100)
+        .expect("truncate");
+    let b = start().await;
+    assert_eq!(b.snapshot_loads(), 0, "a truncated graph is not loaded");
+    assert_eq!(b.collection("c").await.expect("c").len(), 6);
+    assert_eq!(b.save_snapshots().await.expect("save"), 1, "saved anew");
+    drop(b);
+    // A process that died loading it left its marker.
+    std::fs::write(snapshot_dir(saved.path()).join("loading-999999999"), b"").expect("marker");
+    let c = start().await;
+    assert_eq!(
+        c.snapshot_loads(),
+        0,
+        "a snapshot a process died loading is not loaded"
+    );
+    assert_eq!(c.collection("c").await.expect("c").len(), 6);
+    assert_eq!(c.save_snapshots().await.expect("save"), 1);
+    drop(c);
+    let d = start().await;
+    assert_eq!(d.snapshot_loads(), 1, "the new snapshot is used");
+}

@@ -453,6 +453,24 @@ impl Store {
         Ok(rows.into_iter().map(log_entry).collect())
     }
 
+    /// One collection's ingest-log entries up to `upto` written at or after
+    /// `since_ms`, oldest first, at most `limit`: on PostgreSQL an entry's
+    /// id is taken when its transaction writes it and seen when it
+    /// commits, so one with a lower id can appear after a higher one was
+    /// read; a snapshot's replay takes these again (applying an entry
+    /// twice changes nothing).
+    pub async fn collection_log_recent(
+        &self,
+        collection_id: i64,
+        upto: i64,
+        since_ms: i64,
+        limit: i64,
+    ) -> Result<Vec<LogEntry>, StoreError> {
+        let q = "SELECT id, collection_id, external_id, op, at_ms FROM ingest_log WHERE collection_id = $1 AND id <= $2 AND at_ms >= $3 ORDER BY id LIMIT $4";
+        let rows: Vec<(i64, i64, String, String, i64)> = on_pool!(self, p => sqlx::query_as(q).bind(collection_id).bind(upto).bind(since_ms).bind(limit).fetch_all(p).await?);
+        Ok(rows.into_iter().map(log_entry).collect())
+    }
+
     /// One ingest-log entry.
     pub async fn log_entry(&self, id: i64) -> Result<Option<LogEntry>, StoreError> {
         let q = "SELECT id, collection_id, external_id, op, at_ms FROM ingest_log WHERE id = $1";

@@ -34,6 +34,11 @@ pub async fn ingest_files(
     // Read together, so lines repeated on most pages (chrome) are dropped.
     docs.extend(ragtime_parse::into_documents(parsed));
     let store = crate::app::open_store(config).await?;
+    // A one-off process neither reads nor writes the server's snapshots
+    // (it shares their folder; a server beside it may be saving).
+    let mut config = config.clone();
+    config.snapshots.enabled = false;
+    let config = &config;
     let corpus = crate::loader::corpus(config, store, None)
         .await
         .map_err(anyhow::Error::msg)?;
