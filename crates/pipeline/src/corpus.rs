@@ -561,14 +561,7 @@ impl Corpus {
             )));
         }
         let idx = Arc::new(idx);
-        lock(&self.saved).insert(
-            meta.collection_id,
-            SavedState {
-                index: Arc::downgrade(&idx),
-                version: idx.version(),
-                at: Instant::now(),
-            },
-        );
+        self.mark_saved(meta.collection_id, &idx, idx.version());
         for e in &after {
             if e.op == "upsert" || e.op == "delete" {
                 match self.apply_document(&idx, e).await {
@@ -621,26 +614,20 @@ impl Corpus {
             let position = self.applied.load(std::sync::atomic::Ordering::Acquire);
             let version = idx.version();
             let started = Instant::now();
-            let log_at_ms = self
-                .store
-                .log_entry(position)
-                .await
-                .map(|e| e.map_or(0, |e| e.at_ms));
-            let meta = SnapshotMeta {
-                format: snapshots::FORMAT,
-                collection_id: coll_id,
-                collection: name.clone(),
-                log_position: position,
-                log_at_ms: 0,
-                dim: self.indexes.dim(),
-                chunks: 0,
-                documents: 0,
-                saved_at_ms: ragtime_store::now_ms(),
-                files: Default::default(),
-            };
-            let saved = match log_at_ms {
-                Ok(log_at_ms) => {
-                    let meta = SnapshotMeta { log_at_ms, ..meta };
+            let saved = match self.store.log_entry(position).await {
+                Ok(entry) => {
+                    let meta = SnapshotMeta {
+                        format: snapshots::FORMAT,
+                        collection_id: coll_id,
+                        collection: name.clone(),
+                        log_position: position,
+                        log_at_ms: entry.map_or(0, |e| e.at_ms),
+                        dim: self.indexes.dim(),
+                        chunks: 0,
+                        documents: 0,
+                        saved_at_ms: ragtime_store::now_ms(),
+                        files: Default::default(),
+                    };
                     let (root, index) = (cfg.dir.clone(), idx.clone());
                     tokio::task::spawn_blocking(move || snapshots::save(&root, &index, meta))
                         .await
@@ -660,27 +647,14 @@ impl Corpus {
                         took_ms = started.elapsed().as_millis() as u64,
                         "indexes saved"
                     );
-                    lock(&self.saved).insert(
-                        coll_id,
-                        SavedState {
-                            index: Arc::downgrade(&idx),
-                            version,
-                            at: Instant::now(),
-                        },
-                    );
+                    self.mark_saved(coll_id, &idx, version);
                     n += 1;
                 }
                 Err(e) => {
                     tracing::warn!(collection = %name, error = %e, "saving the indexes failed");
-                    // Not again before `every`.
-                    lock(&self.saved).insert(
-                        coll_id,
-                        SavedState {
-                            index: Arc::downgrade(&idx),
-                            version: version.wrapping_sub(1),
-                            at: Instant::now(),
-                        },
-                    );
+                    // Marked as saved at another version: tried again
+                    // after `every`, not at the next look.
+                    self.mark_saved(coll_id, &idx, version.wrapping_sub(1));
                 }
             }
         }
@@ -748,6 +722,19 @@ impl Corpus {
             self.advance(d.version);
         }
         Ok(dropped)
+    }
+
+    /// Notes that the collection's snapshot holds `index` at `version` as
+    /// of now.
+    fn mark_saved(&self, coll_id: i64, index: &Arc<CollectionIndex>, version: u64) {
+        lock(&self.saved).insert(
+            coll_id,
+            SavedState {
+                index: Arc::downgrade(index),
+                version,
+                at: Instant::now(),
+            },
+        );
     }
 
     /// Removes a dropped collection's snapshot.

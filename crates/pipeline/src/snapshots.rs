@@ -115,7 +115,11 @@ pub fn save(
     }
     std::fs::create_dir(&tmp)?;
     let saved = index.save(&tmp);
-    let Saved { chunks, documents } = match saved {
+    let Saved {
+        chunks,
+        documents,
+        files,
+    } = match saved {
         Ok(s) => s,
         Err(e) => {
             let _ = std::fs::remove_dir_all(&tmp);
@@ -124,8 +128,7 @@ pub fn save(
     };
     meta.chunks = chunks;
     meta.documents = documents;
-    meta.files = BTreeMap::new();
-    list_files(&tmp, &tmp, &mut meta.files)?;
+    meta.files = files;
     let record = serde_json::to_vec_pretty(&meta).map_err(std::io::Error::other)?;
     let file = tmp.join(META);
     std::fs::write(&file, record)?;
@@ -153,20 +156,6 @@ pub fn save(
 /// Whether process `pid` runs (read from `/proc`: Linux).
 fn alive(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
-}
-
-fn list_files(root: &Path, dir: &Path, out: &mut BTreeMap<String, u64>) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let path = entry.path();
-        if entry.file_type()?.is_dir() {
-            list_files(root, &path, out)?;
-        } else {
-            let rel = path.strip_prefix(root).map_err(std::io::Error::other)?;
-            out.insert(rel.to_string_lossy().into_owned(), entry.metadata()?.len());
-        }
-    }
-    Ok(())
 }
 
 /// Checks that a snapshot's files are all there at their recorded sizes

@@ -508,7 +508,7 @@ impl CollectionIndex {
     /// empty) and flushes them to disk. No write may run meanwhile (the
     /// caller serialises writes); searches may.
     pub fn save(&self, dir: &Path) -> Result<Saved, IndexError> {
-        let saved = {
+        let mut saved = {
             let corpus = self.corpus.read().unwrap_or_else(PoisonError::into_inner);
             let mut ids: Vec<&i64> = corpus.docs.keys().collect();
             ids.sort_unstable();
@@ -532,7 +532,7 @@ impl CollectionIndex {
             std::fs::create_dir(dir.join(name))?;
             index.save(&dir.join(name))?;
         }
-        sync_tree(dir)?;
+        sync_tree(dir, dir, &mut saved.files)?;
         Ok(saved)
     }
 

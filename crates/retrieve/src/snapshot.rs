@@ -13,6 +13,7 @@
 use crate::{Chunk, IndexError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufWriter, Write};
 use std::path::Path;
 use std::sync::Arc;
@@ -44,10 +45,12 @@ pub(crate) const CHUNKS_BM25: &str = "chunks-bm25";
 pub(crate) const DOCUMENTS_BM25: &str = "documents-bm25";
 
 /// What a saved collection holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Saved {
     pub chunks: usize,
     pub documents: usize,
+    /// Every file written, by its path in the folder, and its size.
+    pub files: BTreeMap<String, u64>,
 }
 
 /// Writes the documents' chunks, one line per document.
@@ -59,6 +62,7 @@ pub(crate) fn write_chunks<'a>(
     let mut saved = Saved {
         chunks: 0,
         documents: 0,
+        files: BTreeMap::new(),
     };
     for (document_id, chunks) in documents {
         let Some(first) = chunks.first() else {
@@ -84,7 +88,8 @@ pub(crate) fn write_chunks<'a>(
         saved.chunks += chunks.len();
         saved.documents += 1;
     }
-    out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    // Flushed to disk with the rest of the folder (`sync_tree`).
+    out.into_inner().map_err(|e| e.into_error())?;
     Ok(saved)
 }
 
@@ -116,14 +121,23 @@ pub(crate) fn read_chunks(path: &Path, mut each: impl FnMut(Vec<Chunk>)) -> Resu
     Ok(())
 }
 
-/// Flushes every file under `dir` to disk.
-pub(crate) fn sync_tree(dir: &Path) -> Result<(), IndexError> {
+/// Flushes every file under `dir` (and the folders) to disk, listing each
+/// file's path relative to `root` and its size in `files`.
+pub(crate) fn sync_tree(
+    root: &Path,
+    dir: &Path,
+    files: &mut BTreeMap<String, u64>,
+) -> Result<(), IndexError> {
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
+        let path = entry.path();
         if entry.file_type()?.is_dir() {
-            sync_tree(&entry.path())?;
+            sync_tree(root, &path, files)?;
         } else {
-            std::fs::File::open(entry.path())?.sync_all()?;
+            let file = std::fs::File::open(&path)?;
+            file.sync_all()?;
+            let rel = path.strip_prefix(root).map_err(std::io::Error::other)?;
+            files.insert(rel.to_string_lossy().into_owned(), file.metadata()?.len());
         }
     }
     std::fs::File::open(dir)?.sync_all()?;

@@ -101,9 +101,11 @@ pub struct LogEntry {
     pub at_ms: i64,
 }
 
-fn log_entry(
-    (id, collection_id, external_id, op, at_ms): (i64, i64, String, String, i64),
-) -> LogEntry {
+/// The change log's columns, as [`LogRow`] reads them.
+const LOG_SELECT: &str = "SELECT id, collection_id, external_id, op, at_ms FROM ingest_log";
+type LogRow = (i64, i64, String, String, i64);
+
+fn log_entry((id, collection_id, external_id, op, at_ms): LogRow) -> LogEntry {
     LogEntry {
         id,
         collection_id,
@@ -434,9 +436,9 @@ impl Store {
 
     /// Ingest-log entries after `after`, oldest first, at most `limit`.
     pub async fn log_since(&self, after: i64, limit: i64) -> Result<Vec<LogEntry>, StoreError> {
-        let q = "SELECT id, collection_id, external_id, op, at_ms FROM ingest_log WHERE id > $1 ORDER BY id LIMIT $2";
-        let rows: Vec<(i64, i64, String, String, i64)> =
-            on_pool!(self, p => sqlx::query_as(q).bind(after).bind(limit).fetch_all(p).await?);
+        let q = format!("{LOG_SELECT} WHERE id > $1 ORDER BY id LIMIT $2");
+        let rows: Vec<LogRow> =
+            on_pool!(self, p => sqlx::query_as(&q).bind(after).bind(limit).fetch_all(p).await?);
         Ok(rows.into_iter().map(log_entry).collect())
     }
 
@@ -448,8 +450,8 @@ impl Store {
         after: i64,
         limit: i64,
     ) -> Result<Vec<LogEntry>, StoreError> {
-        let q = "SELECT id, collection_id, external_id, op, at_ms FROM ingest_log WHERE collection_id = $1 AND id > $2 ORDER BY id LIMIT $3";
-        let rows: Vec<(i64, i64, String, String, i64)> = on_pool!(self, p => sqlx::query_as(q).bind(collection_id).bind(after).bind(limit).fetch_all(p).await?);
+        let q = format!("{LOG_SELECT} WHERE collection_id = $1 AND id > $2 ORDER BY id LIMIT $3");
+        let rows: Vec<LogRow> = on_pool!(self, p => sqlx::query_as(&q).bind(collection_id).bind(after).bind(limit).fetch_all(p).await?);
         Ok(rows.into_iter().map(log_entry).collect())
     }
 
@@ -466,16 +468,18 @@ impl Store {
         since_ms: i64,
         limit: i64,
     ) -> Result<Vec<LogEntry>, StoreError> {
-        let q = "SELECT id, collection_id, external_id, op, at_ms FROM ingest_log WHERE collection_id = $1 AND id <= $2 AND at_ms >= $3 ORDER BY id LIMIT $4";
-        let rows: Vec<(i64, i64, String, String, i64)> = on_pool!(self, p => sqlx::query_as(q).bind(collection_id).bind(upto).bind(since_ms).bind(limit).fetch_all(p).await?);
+        let q = format!(
+            "{LOG_SELECT} WHERE collection_id = $1 AND id <= $2 AND at_ms >= $3 ORDER BY id LIMIT $4"
+        );
+        let rows: Vec<LogRow> = on_pool!(self, p => sqlx::query_as(&q).bind(collection_id).bind(upto).bind(since_ms).bind(limit).fetch_all(p).await?);
         Ok(rows.into_iter().map(log_entry).collect())
     }
 
     /// One ingest-log entry.
     pub async fn log_entry(&self, id: i64) -> Result<Option<LogEntry>, StoreError> {
-        let q = "SELECT id, collection_id, external_id, op, at_ms FROM ingest_log WHERE id = $1";
-        let row: Option<(i64, i64, String, String, i64)> =
-            on_pool!(self, p => sqlx::query_as(q).bind(id).fetch_optional(p).await?);
+        let q = format!("{LOG_SELECT} WHERE id = $1");
+        let row: Option<LogRow> =
+            on_pool!(self, p => sqlx::query_as(&q).bind(id).fetch_optional(p).await?);
         Ok(row.map(log_entry))
     }
 
