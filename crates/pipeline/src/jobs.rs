@@ -25,13 +25,21 @@ pub const JOB_BATCH_DOCUMENTS: usize = 32;
 /// stops it.
 #[derive(Default)]
 pub(crate) struct Jobs {
-    live: Mutex<HashMap<String, watch::Sender<bool>>>,
+    live: Mutex<HashMap<String, Live>>,
+}
+
+/// A job this replica holds.
+struct Live {
+    stop: watch::Sender<bool>,
+    tenant: String,
+    /// The text it holds until it is done.
+    bytes: usize,
 }
 
 impl Jobs {
     fn stop(&self, id: &str) -> bool {
         let live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
-        live.get(id).map(|s| s.send_replace(true)).is_some()
+        live.get(id).map(|j| j.stop.send_replace(true)).is_some()
     }
 
     fn remove(&self, id: &str) {
@@ -72,14 +80,15 @@ impl Pipeline {
         collection: &str,
         docs: Vec<IngestDoc>,
     ) -> Result<JobRecord, PipelineError> {
-        let busy = || PipelineError::Busy {
-            what: "every job slot (limits.max_jobs)",
+        let busy = |what| PipelineError::Busy {
+            what,
             retry_after: Duration::from_secs(10),
         };
         let max = self.settings.max_jobs;
         if max > 0 && self.jobs.len() >= max {
-            return Err(busy());
+            return Err(busy("every job slot (limits.max_jobs)"));
         }
+        let bytes: usize = docs.iter().map(|d| d.text.len() + d.title.len()).sum();
         // Counted first, so progress has a total (chunking is a small
         // part of the work; embedding is the rest).
         let me = self.clone();
@@ -89,6 +98,15 @@ impl Pipeline {
         })
         .await
         .map_err(internal)?;
+        // The collection is taken now, made if missing, as a direct ingest
+        // would: removed while the job waits or runs, the job fails naming
+        // it rather than making it again.
+        let target = tenant.collection(collection);
+        let coll_id = self
+            .corpus
+            .target(&target)
+            .await
+            .map_err(|e| Self::corpus_error(e, collection))?;
         let id = format!("job_{}", uuid::Uuid::new_v4().simple());
         let (stop, stopped) = watch::channel(false);
         {
@@ -98,9 +116,29 @@ impl Pipeline {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
             if max > 0 && live.len() >= max {
-                return Err(busy());
+                return Err(busy("every job slot (limits.max_jobs)"));
             }
-            live.insert(id.clone(), stop);
+            let per_tenant = self.settings.max_jobs_per_tenant;
+            if per_tenant > 0
+                && live.values().filter(|j| j.tenant == tenant.name()).count() >= per_tenant
+            {
+                return Err(busy("the tenant's job slots (limits.max_jobs_per_tenant)"));
+            }
+            let held: usize = live.values().map(|j| j.bytes).sum();
+            let max_bytes = self.settings.max_queued_job_bytes;
+            if max_bytes > 0 && held + bytes > max_bytes {
+                return Err(busy(
+                    "the memory for queued jobs (limits.max_queued_job_bytes)",
+                ));
+            }
+            live.insert(
+                id.clone(),
+                Live {
+                    stop,
+                    tenant: tenant.name().to_owned(),
+                    bytes,
+                },
+            );
         }
         let new = NewJob {
             id: &id,
@@ -115,11 +153,12 @@ impl Pipeline {
             return Err(internal(e));
         }
         let me = self.clone();
-        let target = tenant.collection(collection);
         let job = id.clone();
         tokio::spawn(async move {
             let _beat = AbortOnDrop::new(tokio::spawn(me.clone().beat(job.clone())));
-            let outcome = me.run_job(&job, &target, docs, counts, stopped).await;
+            let outcome = me
+                .run_job(&job, (&target, coll_id), docs, counts, stopped)
+                .await;
             let (status, error) = match outcome {
                 Ok(true) => (JobStatus::Done, None),
                 Ok(false) => (JobStatus::Cancelled, None),
@@ -163,7 +202,7 @@ impl Pipeline {
     async fn run_job(
         self: &Arc<Self>,
         job: &str,
-        collection: &str,
+        (collection, coll_id): (&str, i64),
         docs: Vec<IngestDoc>,
         counts: Vec<usize>,
         mut stopped: watch::Receiver<bool>,
@@ -190,7 +229,7 @@ impl Pipeline {
             let docs: Vec<IngestDoc> = batch.into_iter().map(|(d, _)| d).collect();
             let prepared = loop {
                 let r = tokio::select! {
-                    r = self.corpus.prepare(collection, docs.clone()) => r,
+                    r = self.corpus.prepare_into(collection, coll_id, docs.clone()) => r,
                     _ = stopped.wait_for(|s| *s) => break None,
                 };
                 match r {

@@ -49,6 +49,10 @@ pub struct Settings {
     /// Ingest jobs held (queued or running) by this replica; one more is
     /// refused as busy (0: no limit).
     pub max_jobs: usize,
+    /// Of those, one tenant's at most (0: no limit).
+    pub max_jobs_per_tenant: usize,
+    /// The documents' text those jobs hold together at most (0: no limit).
+    pub max_queued_job_bytes: usize,
 }
 
 /// The most of a question or an answer put on a span.

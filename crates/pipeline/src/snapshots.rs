@@ -6,15 +6,24 @@
 //! position it reflects (and that entry's time, so a snapshot of another
 //! database with the same ids is refused), its counts, the vector
 //! dimension and every file's size. It is written as
-//! `<position>.saving-<pid>` and renamed once complete and flushed; such a
-//! folder is never read, and is removed by the next save once its process
-//! is gone. Before a load its files' sizes are checked (hnsw_rs exits the
-//! process on a truncated file rather than returning an error), and a
-//! `loading-<pid>` marker is left in the folder while it loads: a process
-//! that died loading it leaves the marker, and the next start refuses the
-//! snapshot instead of dying again. Snapshots are a cache of the store: any
-//! that cannot be trusted is removed and the collection loads from the
-//! store.
+//! `<position>.saving-<run>` and renamed once complete and flushed; such a
+//! folder is never read, is removed at once if the save fails, and is
+//! removed by the next save once its run is over. Before a load its files'
+//! sizes are checked (hnsw_rs exits the process on a truncated file rather
+//! than returning an error), and a `loading-<run>` marker is left in the
+//! folder while it loads: a process that died loading it leaves the
+//! marker, and the next start refuses the snapshot instead of dying again.
+//! Snapshots are a cache of the store: any that cannot be trusted is
+//! removed and the collection loads from the store.
+//!
+//! Whether a save or a load is still under way is told by a lock, not a
+//! pid: in a container the server is PID 1 at every start, so a pid cannot
+//! tell a crashed run's leftovers from the live one's. The saver holds an
+//! exclusive lock on its unfinished folder, the loader on its marker, for
+//! as long as it works (the kernel drops it when the process ends, however
+//! it ends); a leftover whose lock can be taken is a dead run's. A *run*,
+//! one start of the process, names its folders and markers by a random
+//! token, so two never share a name.
 
 use ragtime_retrieve::{CollectionIndex, Saved};
 use serde::{Deserialize, Serialize};
@@ -59,6 +68,36 @@ pub const FORMAT: u32 = 2;
 
 const SAVING: &str = ".saving-";
 const LOADING: &str = "loading-";
+
+/// This process's run token (see the module docs).
+fn run_token() -> &'static str {
+    static TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TOKEN.get_or_init(|| uuid::Uuid::new_v4().simple().to_string())
+}
+
+/// Opens `path` (a file or a folder) and takes its exclusive lock, which
+/// the kernel holds for as long as the answer is open.
+fn hold(path: &Path) -> std::io::Result<std::fs::File> {
+    let file = std::fs::File::open(path)?;
+    file.try_lock().map_err(std::io::Error::other)?;
+    Ok(file)
+}
+
+/// Whether a live run holds `path`'s lock. Nothing holds a leftover of a
+/// run that ended, however it ended (a pid-named one of an older build
+/// included).
+fn held(path: &Path) -> bool {
+    let Ok(file) = std::fs::File::open(path) else {
+        return false;
+    };
+    match file.try_lock() {
+        Ok(()) => false,
+        Err(std::fs::TryLockError::WouldBlock) => true,
+        // The lock cannot be asked about: assumed held (nothing is
+        // removed that might be in use).
+        Err(std::fs::TryLockError::Error(_)) => true,
+    }
+}
 
 const META: &str = "snapshot.json";
 
@@ -105,45 +144,29 @@ pub fn save(
 ) -> Result<SnapshotMeta, ragtime_retrieve::IndexError> {
     let parent = collection_dir(root, meta.collection_id);
     std::fs::create_dir_all(&parent)?;
-    let tmp = parent.join(format!(
-        "{}{SAVING}{}",
-        meta.log_position,
-        std::process::id()
-    ));
+    let tmp = parent.join(format!("{}{SAVING}{}", meta.log_position, run_token()));
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp)?;
     }
     std::fs::create_dir(&tmp)?;
-    let saved = index.save(&tmp);
-    let Saved {
-        chunks,
-        documents,
-        files,
-    } = match saved {
-        Ok(s) => s,
+    // Locked while it is written: another run's clean-up leaves it alone.
+    let written = match hold(&tmp) {
+        Ok(_lock) => write(&parent, &tmp, index, &mut meta),
+        Err(e) => Err(e.into()),
+    };
+    let target = match written {
+        Ok(target) => target,
         Err(e) => {
+            // Whatever step failed, nothing half-written stays.
             let _ = std::fs::remove_dir_all(&tmp);
             return Err(e);
         }
     };
-    meta.chunks = chunks;
-    meta.documents = documents;
-    meta.files = files;
-    let record = serde_json::to_vec_pretty(&meta).map_err(std::io::Error::other)?;
-    let file = tmp.join(META);
-    std::fs::write(&file, record)?;
-    std::fs::File::open(&file)?.sync_all()?;
-    std::fs::File::open(&tmp)?.sync_all()?;
-    // A new name each time: the snapshot in use is not touched until the
-    // new one is in place.
-    let target = parent.join(format!("{}.{}", meta.log_position, meta.saved_at_ms));
-    std::fs::rename(&tmp, &target)?;
-    std::fs::File::open(&parent)?.sync_all()?;
     for entry in std::fs::read_dir(&parent)?.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         let stale = match name.split_once(SAVING) {
-            // Another live process's save under way is left alone.
-            Some((_, pid)) => !pid.parse::<u32>().is_ok_and(alive),
+            // Another live run's save under way is left alone.
+            Some(_) => !held(&entry.path()),
             None => entry.path() != target,
         };
         if stale {
@@ -153,13 +176,41 @@ pub fn save(
     Ok(meta)
 }
 
-/// Whether process `pid` runs (read from `/proc`: Linux).
-fn alive(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
+/// Writes the snapshot into `tmp`, flushes it and renames it into place;
+/// answers where it now is.
+fn write(
+    parent: &Path,
+    tmp: &Path,
+    index: &CollectionIndex,
+    meta: &mut SnapshotMeta,
+) -> Result<PathBuf, ragtime_retrieve::IndexError> {
+    let Saved {
+        chunks,
+        documents,
+        files,
+    } = index.save(tmp)?;
+    meta.chunks = chunks;
+    meta.documents = documents;
+    meta.files = files;
+    let record = serde_json::to_vec_pretty(&meta).map_err(std::io::Error::other)?;
+    let file = tmp.join(META);
+    std::fs::write(&file, record)?;
+    std::fs::File::open(&file)?.sync_all()?;
+    std::fs::File::open(tmp)?.sync_all()?;
+    // A new name each time: the snapshot in use is not touched until the
+    // new one is in place.
+    let target = parent.join(format!("{}.{}", meta.log_position, meta.saved_at_ms));
+    std::fs::rename(tmp, &target)?;
+    if let Err(e) = std::fs::File::open(parent).and_then(|d| d.sync_all()) {
+        // Renamed but not known to be durable: not kept.
+        let _ = std::fs::remove_dir_all(&target);
+        return Err(e.into());
+    }
+    Ok(target)
 }
 
 /// Checks that a snapshot's files are all there at their recorded sizes
-/// and that no process died loading it.
+/// and that no run died loading it.
 pub fn check(dir: &Path, meta: &SnapshotMeta) -> Result<(), String> {
     if meta.files.is_empty() {
         return Err("its record lists no files".into());
@@ -178,29 +229,37 @@ pub fn check(dir: &Path, meta: &SnapshotMeta) -> Result<(), String> {
     }
     for entry in std::fs::read_dir(dir).map_err(|e| e.to_string())?.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        if let Some(pid) = name.strip_prefix(LOADING)
-            && !pid.parse::<u32>().is_ok_and(alive)
-        {
+        if name.starts_with(LOADING) && !held(&entry.path()) {
             return Err("a process died loading it".into());
         }
     }
     Ok(())
 }
 
-/// Marks a snapshot as being loaded by this process until dropped.
-pub struct Loading(PathBuf);
+/// Marks a snapshot as being loaded by this run until dropped (a marker
+/// file, locked while the load runs).
+pub struct Loading {
+    marker: PathBuf,
+    /// Held open, so locked, until the marker is removed.
+    _lock: std::fs::File,
+}
 
 impl Loading {
     pub fn begin(dir: &Path) -> Result<Self, String> {
-        let marker = dir.join(format!("{LOADING}{}", std::process::id()));
+        let marker = dir.join(format!("{LOADING}{}", run_token()));
         std::fs::write(&marker, b"").map_err(|e| e.to_string())?;
-        Ok(Self(marker))
+        let lock = hold(&marker).map_err(|e| format!("locking {}: {e}", marker.display()))?;
+        Ok(Self {
+            marker,
+            _lock: lock,
+        })
     }
 }
 
 impl Drop for Loading {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+        // Removed while still locked: no moment where it reads as dead.
+        let _ = std::fs::remove_file(&self.marker);
     }
 }
 

@@ -30,7 +30,14 @@ async fn rag_with_service() -> (Rag, tempfile::TempDir, Arc<EmbedService>) {
 
 /// A corpus on the SQLite store in `dir` (opened again if it exists).
 async fn rag_at(dir: &std::path::Path) -> (Rag, Arc<EmbedService>) {
-    let store = Store::open(&Store::sqlite_url(dir)).await.expect("store");
+    let mut made = corpora(&Store::sqlite_url(dir), 1).await;
+    let rag = made.0.pop().expect("one");
+    (rag, made.1)
+}
+
+/// `n` corpora on the store at `url`, each with a connection pool of its
+/// own (replicas on one database), sharing one loaded model.
+async fn corpora(url: &str, n: usize) -> (Vec<Rag>, Arc<EmbedService>) {
     let c = cache();
     let model = OnnxEmbedder::load(&EmbedderOptions {
         model_dir: c.join("models/all-minilm-l6-v2"),
@@ -46,9 +53,16 @@ async fn rag_at(dir: &std::path::Path) -> (Rag, Arc<EmbedService>) {
         max_tokens: 64,
         overlap: 8,
     };
-    let chunker = model.chunker(params.max_tokens, params.overlap);
+    let chunkers: Vec<_> = (0..n)
+        .map(|_| model.chunker(params.max_tokens, params.overlap))
+        .collect();
     let svc = Arc::new(EmbedService::new(model, ServiceOptions::default()));
-    (Rag::new(store, svc.clone(), chunker, params), svc)
+    let mut out = Vec::with_capacity(n);
+    for chunker in chunkers {
+        let store = Store::open(url).await.expect("store");
+        out.push(Rag::new(store, svc.clone(), chunker, params));
+    }
+    (out, svc)
 }
 
 fn doc(id: &str, text: &str) -> IngestDoc {
@@ -315,6 +329,7 @@ async fn a_start_loads_the_snapshot_and_replays_what_came_after() {
 
 /// The newest snapshot's folder under `root`.
 fn snapshot_dir(root: &std::path::Path) -> std::path::PathBuf {
+    // (`root` holds one folder per collection id.)
     let coll = std::fs::read_dir(root)
         .expect("root")
         .flatten()
@@ -364,8 +379,11 @@ async fn a_damaged_or_half_loaded_snapshot_is_not_used() {
     assert_eq!(b.collection("c").await.expect("c").len(), 6);
     assert_eq!(b.save_snapshots().await.expect("save"), 1, "saved anew");
     drop(b);
-    // A process that died loading it left its marker.
-    std::fs::write(snapshot_dir(saved.path()).join("loading-999999999"), b"").expect("marker");
+    // A process that died loading it left its marker, named as an older
+    // build named it: by its pid, which is this process's own (in a
+    // container every start is PID 1).
+    let marker = format!("loading-{}", std::process::id());
+    std::fs::write(snapshot_dir(saved.path()).join(marker), b"").expect("marker");
     let c = start().await;
     assert_eq!(
         c.snapshot_loads(),
@@ -377,4 +395,373 @@ async fn a_damaged_or_half_loaded_snapshot_is_not_used() {
     drop(c);
     let d = start().await;
     assert_eq!(d.snapshot_loads(), 1, "the new snapshot is used");
+}
+
+/// Whether `rag`'s loaded indexes of collection `name` hold exactly what
+/// the store holds: every stored document with its stored chunks, no
+/// deleted one, and each document found by a word of its own.
+async fn assert_indexes_match_store(rag: &Rag, name: &str, when: &str) {
+    let coll = rag
+        .store
+        .collection_id(name)
+        .await
+        .expect("query")
+        .expect("collection");
+    let stored = rag.store.index_chunks_in(coll).await.expect("chunks");
+    let mut by_doc: std::collections::BTreeMap<String, Vec<i64>> = Default::default();
+    for c in &stored {
+        by_doc
+            .entry(c.external_id.clone())
+            .or_default()
+            .push(c.chunk_id);
+    }
+    let idx = rag.collection(name).await.expect("loaded");
+    assert_eq!(
+        (idx.len(), idx.documents()),
+        (stored.len(), by_doc.len()),
+        "{when}: the follower's index holds other chunks than the store"
+    );
+    for (id, mut chunks) in by_doc {
+        chunks.sort_unstable();
+        let mut held = idx.chunks_of(&id);
+        held.sort_unstable();
+        assert_eq!(held, chunks, "{when}: document {id}");
+        let hits = idx
+            .lexical_search(
+                &format!("tag{id}"),
+                3,
+                &ragtime_retrieve::Allowed::All,
+                &ragtime_core::Cancel::new(),
+            )
+            .expect("search");
+        let found = hits
+            .first()
+            .and_then(|h| idx.chunk(h.chunk_id))
+            .map(|c| c.external_id.clone());
+        assert_eq!(found.as_deref(), Some(id.as_str()), "{when}: tag{id}");
+    }
+}
+
+/// Two replicas write into one collection at once — one-document ingests
+/// and deletes — while a third follows the change log as often as it
+/// can. On PostgreSQL an entry's id is taken when it is written and seen
+/// at commit, so without writers taking turns at the log a lower id
+/// commits after a higher one was read and the follower passes it for
+/// ever. After every round the third replica's indexes equal the store's,
+/// and again after a restart from the snapshot it saved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL (RAGTIME_TEST_DATABASE_URL)"]
+async fn needs_postgres_a_follower_misses_no_write_of_concurrent_writers() {
+    let db = ragtime_testkit::PgDatabase::create("ragtime_follow").await;
+    follower_misses_no_write(&db.url).await;
+    db.drop_db().await;
+}
+
+/// The same on PostgreSQL 18 with pgvector.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL with pgvector (RAGTIME_TEST_PGVECTOR_BIN)"]
+async fn needs_pgvector_a_follower_misses_no_write_of_concurrent_writers() {
+    let server = ragtime_testkit::PgServer::start();
+    let db = ragtime_testkit::PgDatabase::create_on(&server.admin_url, "ragtime_follow").await;
+    follower_misses_no_write(&db.url).await;
+}
+
+async fn follower_misses_no_write(url: &str) {
+    let saved = tempfile::tempdir().expect("tempdir");
+    let (mut made, _) = corpora(url, 3).await;
+    let follower = Arc::new(
+        made.pop()
+            .expect("c")
+            .with_snapshots(snapshots(saved.path())),
+    );
+    let (a, b) = (Arc::new(made.remove(0)), Arc::new(made.remove(0)));
+    a.ingest("c", vec![doc("seed", "The seed note tagseed.")])
+        .await
+        .expect("seed");
+    follower.rebuild().await.expect("rebuild");
+    follower.follow().await.expect("follow");
+    const ROUNDS: usize = 6;
+    const PER_ROUND: usize = 30;
+    for round in 0..ROUNDS {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let following = {
+            let (f, stop) = (follower.clone(), stop.clone());
+            tokio::spawn(async move {
+                while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                    f.follow().await.expect("follow");
+                }
+            })
+        };
+        let writer = |rag: Arc<Rag>, who: &'static str| async move {
+            for i in 0..PER_ROUND {
+                let id = format!("{who}{round}x{i}");
+                let text = format!("Note {i} of {who} in round {round}: tag{id}.");
+                rag.ingest("c", vec![doc(&id, &text)])
+                    .await
+                    .expect("ingest");
+                // Every third document of the previous round goes again.
+                if round > 0 && i % 3 == 0 {
+                    let old = format!("{who}{}x{i}", round - 1);
+                    rag.delete("c", &old).await.expect("delete");
+                }
+            }
+        };
+        tokio::join!(writer(a.clone(), "a"), writer(b.clone(), "b"));
+        stop.store(true, std::sync::atomic::Ordering::Release);
+        following.await.expect("follower");
+        // Everything is committed now: one more pass brings the rest.
+        follower.follow().await.expect("follow");
+        assert_indexes_match_store(&follower, "c", &format!("round {round}")).await;
+    }
+    assert_eq!(follower.save_snapshots().await.expect("save"), 1);
+    drop(follower);
+    let (mut again, _) = corpora(url, 1).await;
+    let again = again
+        .pop()
+        .expect("one")
+        .with_snapshots(snapshots(saved.path()));
+    again.rebuild().await.expect("rebuild");
+    assert_eq!(again.snapshot_loads(), 1, "loaded from its snapshot");
+    assert_indexes_match_store(&again, "c", "after a restart").await;
+}
+
+/// An ingest prepared before its collection was removed — and one whose
+/// collection was removed and made again — fails naming it: nothing is
+/// made again, the new collection gets nothing of it, and its indexes are
+/// its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ingest_into_a_collection_removed_meanwhile_fails_cleanly() {
+    let (rag, _dir) = rag().await;
+    rag.ingest("c", vec![doc("old", "An old note about tagold.")])
+        .await
+        .expect("ingest");
+    let prepared = rag
+        .prepare("c", vec![doc("late", "A late note about taglate.")])
+        .await
+        .expect("prepare");
+    assert!(rag.drop_collection("c").await.expect("drop").is_some());
+    let err = rag.commit(prepared).await.expect_err("gone");
+    assert!(
+        matches!(&err, ragtime_pipeline::corpus::CorpusError::UnknownCollection(n) if n == "c"),
+        "{err}"
+    );
+    assert_eq!(
+        rag.store.collection_id("c").await.expect("q"),
+        None,
+        "not made again"
+    );
+
+    let prepared = rag
+        .prepare("c", vec![doc("late", "A late note about taglate.")])
+        .await
+        .expect("prepare");
+    assert!(rag.drop_collection("c").await.expect("drop").is_some());
+    rag.create_collection("c", "made again")
+        .await
+        .expect("create");
+    let err = rag
+        .commit(prepared)
+        .await
+        .expect_err("another collection now");
+    assert!(matches!(
+        err,
+        ragtime_pipeline::corpus::CorpusError::UnknownCollection(_)
+    ));
+    rag.ingest("c", vec![doc("new", "A new note about tagnew.")])
+        .await
+        .expect("ingest into the new one");
+    let idx = rag.collection("c").await.expect("loaded");
+    assert_eq!(idx.len(), 1, "only the new collection's document");
+    assert!(idx.chunks_of("late").is_empty() && idx.chunks_of("old").is_empty());
+}
+
+/// A collection loading from the store (seconds for a few thousand
+/// chunks) holds only its own lock: another collection's ingest goes
+/// through while it loads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_load_does_not_hold_up_another_collections_ingest() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (rag, _) = rag_at(dir.path()).await;
+    let big = rag.store.ensure_collection("big").await.expect("big");
+    // 3,000 stored chunks with made-up unit vectors: building their graph
+    // takes seconds.
+    let mut seed = 7u64;
+    let mut unit = || {
+        let v: Vec<f32> = (0..384)
+            .map(|_| {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (seed >> 33) as f32 / (1u64 << 31) as f32 - 0.5
+            })
+            .collect();
+        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        v.into_iter().map(|x| x / n).collect::<Vec<f32>>()
+    };
+    let docs: Vec<ragtime_store::NewDocument> = (0..30)
+        .map(|d| ragtime_store::NewDocument {
+            external_id: format!("b{d}"),
+            title: String::new(),
+            metadata: "{}".into(),
+            content_hash: format!("h{d}"),
+            chunks: (0..100)
+                .map(|i| ragtime_store::NewChunk {
+                    position: i,
+                    section: String::new(),
+                    text: format!("chunk {i} of b{d}"),
+                    tokens: 4,
+                    embedding: unit(),
+                })
+                .collect(),
+        })
+        .collect();
+    rag.store
+        .upsert_documents(big, &docs, None, None)
+        .await
+        .expect("store");
+    drop(rag);
+    let rag = Arc::new(rag_at(dir.path()).await.0.with_preload(0));
+    rag.rebuild().await.expect("rebuild");
+    rag.ingest("small", vec![doc("s0", "A first small note.")])
+        .await
+        .expect("small");
+    let loading = {
+        let rag = rag.clone();
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let n = rag.collection("big").await.expect("load").len();
+            (n, started.elapsed())
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let started = std::time::Instant::now();
+    rag.ingest("small", vec![doc("s1", "A second small note.")])
+        .await
+        .expect("small");
+    let ingest = started.elapsed();
+    assert!(
+        !loading.is_finished(),
+        "the ingest waited for the other collection's load ({ingest:?})"
+    );
+    let (n, load) = loading.await.expect("load");
+    assert_eq!(n, 3000);
+    println!("ingest into small: {ingest:?} while big loaded in {load:?}");
+    assert_eq!(rag.collection("small").await.expect("small").len(), 2);
+}
+
+/// A save that fails at its last step (the rename into place) leaves no
+/// half-written folder behind, and the snapshot in place is untouched.
+#[test]
+fn a_save_failing_at_its_last_step_leaves_nothing() {
+    use ragtime_pipeline::snapshots::{self as snap, SnapshotMeta};
+    let root = tempfile::tempdir().expect("tempdir");
+    let idx = ragtime_retrieve::CollectionIndex::new(4, ragtime_retrieve::DenseParams::default())
+        .expect("index");
+    idx.add(
+        (0..3)
+            .map(|i| {
+                let c = ragtime_testkit::chunk(
+                    i,
+                    &format!("d{i}"),
+                    "",
+                    "a note",
+                    serde_json::json!({}),
+                );
+                (c, vec![1.0, i as f32, 0.5, 0.0])
+            })
+            .collect(),
+    )
+    .expect("add");
+    let meta = |saved_at_ms| SnapshotMeta {
+        format: snap::FORMAT,
+        collection_id: 9,
+        collection: "c".into(),
+        log_position: 5,
+        log_at_ms: 1,
+        dim: 4,
+        chunks: 0,
+        documents: 0,
+        saved_at_ms,
+        files: Default::default(),
+    };
+    snap::save(root.path(), &idx, meta(100)).expect("first save");
+    // The next save's final name is taken by a folder with something in
+    // it: the rename fails.
+    let blocker = root.path().join("9").join("5.200");
+    std::fs::create_dir_all(&blocker).expect("blocker");
+    std::fs::write(blocker.join("x"), b"x").expect("blocker file");
+    assert!(snap::save(root.path(), &idx, meta(200)).is_err());
+    let mut left: Vec<String> = std::fs::read_dir(root.path().join("9"))
+        .expect("dir")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["5.100", "5.200"], "no unfinished save stays");
+    let (dir, found) = snap::latest(root.path(), 9).expect("the first one");
+    assert_eq!(
+        (dir.file_name().and_then(|n| n.to_str()), found.saved_at_ms),
+        (Some("5.100"), 100)
+    );
+    snap::check(&dir, &found).expect("still whole");
+}
+
+/// Two replicas on one store: once both passed a change, the log is
+/// trimmed below it. A third that fell behind (it never followed) finds
+/// the changes it missed trimmed: it drops its indexes and loads the
+/// store as it is, so it still holds exactly what the store holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_is_trimmed_once_every_replica_passed_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = Store::sqlite_url(dir.path());
+    let (made, _) = corpora(&url, 3).await;
+    let [a, b, late]: [Rag; 3] = made.try_into().ok().expect("three");
+    for r in [&a, &b, &late] {
+        r.rebuild().await.expect("rebuild");
+        r.follow().await.expect("follow");
+    }
+    a.ingest("c", vec![doc("d0", "First note tagd0.")])
+        .await
+        .expect("ingest");
+    late.collection("c").await.expect("load");
+    for i in 1..6 {
+        a.ingest(
+            "c",
+            vec![doc(&format!("d{i}"), &format!("Note {i} tagd{i}."))],
+        )
+        .await
+        .expect("ingest");
+    }
+    assert!(a.delete("c", "d0").await.expect("delete"));
+    let stale = std::time::Duration::from_secs(3600);
+    a.follow().await.expect("follow");
+    b.follow().await.expect("follow");
+    let end = a.store.corpus_version().await.expect("version");
+    assert_eq!((a.position(), b.position()), (end, end));
+    // How long since the follower's last pass is told (a stuck follower
+    // shows in `/readyz` by it).
+    let idle = late.lag().since_pass;
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    assert!(late.lag().since_pass >= idle + std::time::Duration::from_millis(50));
+    assert!(a.lag().since_pass < late.lag().since_pass);
+    // `late` has not followed since it loaded: the log waits for it.
+    let behind = late.position();
+    assert!(behind < end);
+    late.keep_log_trimmed("late", stale).await.expect("late");
+    a.keep_log_trimmed("a", stale).await.expect("a");
+    b.keep_log_trimmed("b", stale).await.expect("b");
+    assert_eq!(a.store.log_trimmed_below().await.expect("below"), behind);
+    // It goes quiet (as after the stale time): the log is trimmed below
+    // the others, past what it needs.
+    a.store.forget_replica("late").await.expect("forget");
+    b.keep_log_trimmed("b", stale).await.expect("b");
+    assert_eq!(a.store.log_trimmed_below().await.expect("below"), end);
+    let left = a.store.log_since(0, 100).await.expect("log");
+    assert!(
+        left.iter().all(|e| e.id >= end),
+        "trimmed below both: {left:?}"
+    );
+    // `late` never followed: the entries it needs are gone.
+    late.follow().await.expect("follow");
+    assert_indexes_match_store(&late, "c", "after the trim").await;
 }

@@ -6,7 +6,7 @@
 //! stored names start with it (`acme~`), or, for the one tenant whose names
 //! are stored as they are, the prefix is empty and its names hold no `~`.
 
-use crate::{BeginWrite, Pool, Store, StoreError, now_ms};
+use crate::{BeginWrite, Pool, Store, StoreError, WriteLocks, now_ms};
 
 /// A collection and what it holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,6 +142,9 @@ impl Store {
     ) -> Result<Created, StoreError> {
         on_pool!(self, p => {
             let mut tx = p.begin_write().await?;
+            if let Some(limits) = &limits {
+                tx.lock_owner(limits.owner).await?;
+            }
             let existing: Option<i64> = sqlx::query_scalar("SELECT id FROM collections WHERE name = $1")
                 .bind(name)
                 .fetch_optional(&mut *tx)
@@ -159,14 +162,23 @@ impl Store {
                     return Err(e);
                 }
             }
-            let id: i64 = sqlx::query_scalar(
-                "INSERT INTO collections (name, description, created_ms) VALUES ($1, $2, $3) RETURNING id",
+            // A creation of the same name by a writer outside the owner's
+            // lock (or with no limits) that committed meanwhile makes this
+            // one find it, not fail on the unique name.
+            let id: Option<i64> = sqlx::query_scalar(
+                "INSERT INTO collections (name, description, created_ms) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING RETURNING id",
             )
             .bind(name)
             .bind(description)
             .bind(now_ms())
-            .fetch_one(&mut *tx)
+            .fetch_optional(&mut *tx)
             .await?;
+            let Some(id) = id else {
+                tx.rollback().await?;
+                let id: i64 = sqlx::query_scalar("SELECT id FROM collections WHERE name = $1").bind(name).fetch_one(p).await?;
+                return Ok(Created::Existing(id));
+            };
+            tx.lock_log().await?;
             sqlx::query(
                 "INSERT INTO ingest_log (collection_id, external_id, op, chunks, at_ms) VALUES ($1, '', 'create_collection', 0, $2)",
             )
@@ -224,7 +236,10 @@ impl Store {
     pub async fn drop_collection(&self, id: i64) -> Result<Option<Dropped>, StoreError> {
         on_pool!(self, p => {
             let mut tx = p.begin_write().await?;
-            let counts: Option<(i64, i64)> = sqlx::query_as("SELECT documents, chunks FROM collections WHERE id = $1")
+            // Locks the row first: a write in flight into the collection
+            // ends before its documents are counted and removed (else they
+            // would be left behind, or the removal fail on their foreign key).
+            let counts: Option<(i64, i64)> = sqlx::query_as("UPDATE collections SET documents = documents WHERE id = $1 RETURNING documents, chunks")
                 .bind(id)
                 .fetch_optional(&mut *tx)
                 .await?;
@@ -238,6 +253,7 @@ impl Store {
                 .await?;
             sqlx::query("DELETE FROM documents WHERE collection_id = $1").bind(id).execute(&mut *tx).await?;
             sqlx::query("DELETE FROM collections WHERE id = $1").bind(id).execute(&mut *tx).await?;
+            tx.lock_log().await?;
             let version: i64 = sqlx::query_scalar(
                 "INSERT INTO ingest_log (collection_id, external_id, op, chunks, at_ms) VALUES ($1, '', 'drop_collection', $2, $3) RETURNING id",
             )

@@ -2,9 +2,9 @@
 //! (`$N` placeholders work in SQLite and PostgreSQL alike); the `on_pool!`
 //! macro runs it on whichever pool the store holds.
 
-use crate::BeginWrite;
 use crate::collections::{Limits, usage_of, usage_query};
 use crate::jobs::JobStep;
+use crate::{BeginWrite, WriteLocks};
 use crate::{Pool, Store, StoreError, now_ms};
 
 /// A chunk to store with its document.
@@ -216,7 +216,16 @@ impl Store {
     ) -> Result<Vec<WriteReceipt>, StoreError> {
         on_pool!(self, p => {
             let mut tx = p.begin_write().await?;
+            if let Some(limits) = &limits {
+                tx.lock_owner(limits.owner).await?;
+            }
+            if !lock_collection_row!(tx, collection_id) {
+                tx.rollback().await?;
+                return Err(StoreError::CollectionGone(collection_id));
+            }
             let mut receipts = Vec::with_capacity(docs.len());
+            // Change-log entries (receipt, document, chunks), written last.
+            let mut log: Vec<(usize, &str, usize)> = Vec::new();
             let mut wrote = false;
             // What the collection's counters move by.
             let (mut more_docs, mut more_chunks) = (0i64, 0i64);
@@ -286,17 +295,9 @@ impl Store {
                     .await?;
                     chunk_ids.push(id);
                 }
-                let version: i64 = sqlx::query_scalar(
-                    "INSERT INTO ingest_log (collection_id, external_id, op, chunks, at_ms) VALUES ($1, $2, 'upsert', $3, $4) RETURNING id",
-                )
-                .bind(collection_id)
-                .bind(&doc.external_id)
-                .bind(i32::try_from(chunk_ids.len()).unwrap_or(i32::MAX))
-                .bind(now_ms())
-                .fetch_one(&mut *tx)
-                .await?;
                 wrote = true;
-                receipts.push(WriteReceipt { upsert, document_id, chunk_ids, removed_chunk_ids: removed, version });
+                log.push((receipts.len(), &doc.external_id, chunk_ids.len()));
+                receipts.push(WriteReceipt { upsert, document_id, chunk_ids, removed_chunk_ids: removed, version: 0 });
             }
             if wrote {
                 sqlx::query("UPDATE collections SET documents = documents + $1, chunks = chunks + $2 WHERE id = $3")
@@ -329,6 +330,20 @@ impl Store {
                     .execute(&mut *tx)
                     .await?;
             }
+            if wrote {
+                tx.lock_log().await?;
+                for (i, external_id, chunks) in log {
+                    receipts[i].version = sqlx::query_scalar(
+                        "INSERT INTO ingest_log (collection_id, external_id, op, chunks, at_ms) VALUES ($1, $2, 'upsert', $3, $4) RETURNING id",
+                    )
+                    .bind(collection_id)
+                    .bind(external_id)
+                    .bind(i32::try_from(chunks).unwrap_or(i32::MAX))
+                    .bind(now_ms())
+                    .fetch_one(&mut *tx)
+                    .await?;
+                }
+            }
             if wrote || job.is_some() {
                 tx.commit().await?;
             } else {
@@ -350,6 +365,10 @@ impl Store {
     ) -> Result<Option<WriteReceipt>, StoreError> {
         on_pool!(self, p => {
             let mut tx = p.begin_write().await?;
+            if !lock_collection_row!(tx, collection_id) {
+                tx.rollback().await?;
+                return Ok(None);
+            }
             let id: Option<i64> = sqlx::query_scalar("SELECT id FROM documents WHERE collection_id = $1 AND external_id = $2")
                 .bind(collection_id)
                 .bind(external_id)
@@ -370,6 +389,7 @@ impl Store {
                 .bind(collection_id)
                 .execute(&mut *tx)
                 .await?;
+            tx.lock_log().await?;
             let version: i64 = sqlx::query_scalar(
                 "INSERT INTO ingest_log (collection_id, external_id, op, chunks, at_ms) VALUES ($1, $2, 'delete', $3, $4) RETURNING id",
             )
@@ -473,6 +493,72 @@ impl Store {
         );
         let rows: Vec<LogRow> = on_pool!(self, p => sqlx::query_as(&q).bind(collection_id).bind(upto).bind(since_ms).bind(limit).fetch_all(p).await?);
         Ok(rows.into_iter().map(log_entry).collect())
+    }
+
+    /// Records that replica `replica`'s indexes and saved snapshots hold
+    /// every change-log entry up to `position` (the log is kept from the
+    /// lowest live replica's position on).
+    pub async fn report_position(&self, replica: &str, position: i64) -> Result<(), StoreError> {
+        let q = "INSERT INTO replicas (id, position, seen_ms) VALUES ($1, $2, $3) \
+                 ON CONFLICT (id) DO UPDATE SET position = excluded.position, seen_ms = excluded.seen_ms";
+        on_pool!(self, p => sqlx::query(q).bind(replica).bind(position).bind(now_ms()).execute(p).await.map(drop)?);
+        Ok(())
+    }
+
+    /// Removes a replica's record (it stops; the log no longer waits for it).
+    pub async fn forget_replica(&self, replica: &str) -> Result<(), StoreError> {
+        let q = "DELETE FROM replicas WHERE id = $1";
+        on_pool!(self, p => sqlx::query(q).bind(replica).execute(p).await.map(drop)?);
+        Ok(())
+    }
+
+    /// Trims the change log: replicas not heard from since `stale_before_ms`
+    /// are forgotten, entries below the lowest remaining position are
+    /// removed (the log then starts there: [`Store::log_trimmed_below`]),
+    /// and so are document entries of collections that no longer exist
+    /// (their removal's own entry stays). Nothing is trimmed while no
+    /// replica has reported. Returns the entries removed.
+    pub async fn trim_log(&self, stale_before_ms: i64) -> Result<u64, StoreError> {
+        on_pool!(self, p => {
+            let mut tx = p.begin_write().await?;
+            sqlx::query("DELETE FROM replicas WHERE seen_ms < $1")
+                .bind(stale_before_ms)
+                .execute(&mut *tx)
+                .await?;
+            let lowest: Option<i64> = sqlx::query_scalar("SELECT MIN(position) FROM replicas")
+                .fetch_one(&mut *tx)
+                .await?;
+            let mut removed = 0;
+            if let Some(lowest) = lowest {
+                removed += sqlx::query("DELETE FROM ingest_log WHERE id < $1")
+                    .bind(lowest)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                sqlx::query("UPDATE ingest_log_trim SET below = $1 WHERE id = 1 AND below < $1")
+                    .bind(lowest)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            removed += sqlx::query(
+                "DELETE FROM ingest_log WHERE op IN ('upsert', 'delete') AND collection_id IN \
+                 (SELECT collection_id FROM ingest_log WHERE op = 'drop_collection')",
+            )
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            tx.commit().await?;
+            Ok(removed)
+        })
+    }
+
+    /// The first change-log entry kept: every entry below it was trimmed.
+    pub async fn log_trimmed_below(&self) -> Result<i64, StoreError> {
+        let q = "SELECT below FROM ingest_log_trim WHERE id = 1";
+        Ok(
+            on_pool!(self, p => sqlx::query_scalar::<_, i64>(q).fetch_optional(p).await?)
+                .unwrap_or(0),
+        )
     }
 
     /// One ingest-log entry.

@@ -14,6 +14,22 @@ macro_rules! on_pool {
     };
 }
 
+/// Locks collection `$id`'s row in the write transaction `$tx` and
+/// evaluates to whether the collection exists. Every write into a
+/// collection takes it first: writes into one collection take turns (and so
+/// never deadlock), and a removal waits for a write in flight, or the
+/// write sees the collection gone.
+macro_rules! lock_collection_row {
+    ($tx:expr, $id:expr) => {
+        sqlx::query("UPDATE collections SET documents = documents WHERE id = $1")
+            .bind($id)
+            .execute(&mut *$tx)
+            .await?
+            .rows_affected()
+            > 0
+    };
+}
+
 /// A transaction that will write. On SQLite it takes the write lock at
 /// `BEGIN` (`IMMEDIATE`): a deferred transaction that reads first and then
 /// writes cannot wait for a concurrent writer (the busy timeout does not
@@ -37,6 +53,61 @@ impl BeginWrite for PgPool {
     type Db = sqlx::Postgres;
     async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
         self.begin().await
+    }
+}
+
+/// Locks a write transaction holds until it ends, for what only holds if
+/// writers take turns. SQLite needs none: `BEGIN IMMEDIATE` already lets
+/// one writer in at a time. On PostgreSQL they are transaction-scoped
+/// advisory locks (released at commit or rollback, after the commit is
+/// visible), so they hold across every replica on the database.
+///
+/// - [`WriteLocks::lock_owner`]: one owner's writes take turns, so a quota
+///   checked inside the transaction still holds when it commits (two
+///   replicas one below `max_collections` cannot both create). Taken first.
+/// - [`WriteLocks::lock_log`]: change-log entries are numbered and become
+///   visible in one order. PostgreSQL hands out a sequence value when a row
+///   is written but shows the row at commit, so without it an entry with a
+///   lower id can appear after a follower has read past it, and is never
+///   applied. Taken last, right before the entries are written, so it is
+///   held only for the end of the transaction and its commit.
+trait WriteLocks {
+    fn lock_owner(
+        &mut self,
+        owner: &str,
+    ) -> impl std::future::Future<Output = Result<(), sqlx::Error>> + Send;
+    fn lock_log(&mut self) -> impl std::future::Future<Output = Result<(), sqlx::Error>> + Send;
+}
+
+/// The advisory-lock namespaces (the first key of the two-key form).
+const LOCK_OWNER: i32 = 0x5254_0001;
+const LOCK_LOG: i32 = 0x5254_0002;
+
+impl WriteLocks for sqlx::Transaction<'static, sqlx::Sqlite> {
+    async fn lock_owner(&mut self, _owner: &str) -> Result<(), sqlx::Error> {
+        Ok(())
+    }
+    async fn lock_log(&mut self) -> Result<(), sqlx::Error> {
+        Ok(())
+    }
+}
+
+impl WriteLocks for sqlx::Transaction<'static, sqlx::Postgres> {
+    async fn lock_owner(&mut self, owner: &str) -> Result<(), sqlx::Error> {
+        // Owners whose names hash alike share a lock: they take turns too.
+        sqlx::query("SELECT pg_advisory_xact_lock($1, hashtext($2))")
+            .bind(LOCK_OWNER)
+            .bind(owner)
+            .execute(&mut **self)
+            .await
+            .map(drop)
+    }
+    async fn lock_log(&mut self) -> Result<(), sqlx::Error> {
+        sqlx::query("SELECT pg_advisory_xact_lock($1, 0)")
+            .bind(LOCK_LOG)
+            .execute(&mut **self)
+            .await
+            .map(drop)
     }
 }
 
@@ -77,6 +148,10 @@ pub enum StoreError {
     /// A write that would pass a quota; nothing was written.
     #[error("over the {limit} quota of {value}")]
     QuotaExceeded { limit: &'static str, value: i64 },
+    /// The collection written to was removed (by this or another
+    /// process) after the write looked it up; nothing was written.
+    #[error("collection {0} no longer exists")]
+    CollectionGone(i64),
 }
 
 /// Which database the store talks to.

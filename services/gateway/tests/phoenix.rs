@@ -190,6 +190,7 @@ async fn needs_phoenix_stores_every_degraded_request_and_a_tenth_of_the_rest() {
             sampling: ragtime_telemetry::Sampling {
                 ratio: RATIO,
                 buffer_spans: 50_000,
+                ..Default::default()
             },
         }),
     );

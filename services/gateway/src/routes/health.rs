@@ -77,6 +77,8 @@ struct IndexCheck {
     applied: i64,
     behind: i64,
     lag_s: f64,
+    /// Seconds since the follower last finished a pass.
+    pass_age_s: f64,
 }
 
 /// A replica whose indexes are further behind the store than this is not
@@ -157,16 +159,22 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     let index = match state.loaded() {
         Some(p) => {
             let lag = p.corpus.lag();
+            let pass_age_s = lag.since_pass.as_secs_f64();
             if lag.seconds > MAX_LAG_S {
                 Err(format!(
                     "{} changes behind the store, the oldest {:.0} s old",
                     lag.entries, lag.seconds
+                ))
+            } else if p.corpus.following() && pass_age_s > MAX_LAG_S {
+                Err(format!(
+                    "the follower of the store's changes has not finished a pass for {pass_age_s:.0} s"
                 ))
             } else {
                 Ok(IndexCheck {
                     applied: lag.applied,
                     behind: lag.entries,
                     lag_s: lag.seconds,
+                    pass_age_s,
                 })
             }
         }

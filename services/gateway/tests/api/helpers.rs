@@ -357,44 +357,5 @@ pub fn stage<'a>(body: &'a Value, name: &str) -> &'a Value {
         .unwrap_or(&Value::Null)
 }
 
-/// A database of its own on the PostgreSQL server of
-/// `RAGTIME_TEST_DATABASE_URL`, dropped by [`PgDatabase::drop_db`].
-pub struct PgDatabase {
-    admin_url: String,
-    name: String,
-    pub url: String,
-}
-
-impl PgDatabase {
-    pub async fn create(prefix: &str) -> PgDatabase {
-        let admin_url = ragtime_testkit::need("RAGTIME_TEST_DATABASE_URL", "PostgreSQL");
-        let name = format!("{prefix}_{}", uuid::Uuid::new_v4().simple());
-        assert!(
-            admin_sql(&admin_url, &format!("CREATE DATABASE {name}")).await,
-            "could not create a database on RAGTIME_TEST_DATABASE_URL"
-        );
-        let base = admin_url
-            .rsplit_once('/')
-            .map_or(admin_url.as_str(), |(b, _)| b);
-        let url = format!("{base}/{name}");
-        PgDatabase {
-            admin_url,
-            name,
-            url,
-        }
-    }
-
-    pub async fn drop_db(self) {
-        let sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
-        admin_sql(&self.admin_url, &sql).await;
-    }
-}
-
-async fn admin_sql(url: &str, sql: &str) -> bool {
-    let Ok(pool) = sqlx::PgPool::connect(url).await else {
-        return false;
-    };
-    let ok = sqlx::query(sql).execute(&pool).await.is_ok();
-    pool.close().await;
-    ok
-}
+#[allow(unused_imports)] // not every test binary that includes this file uses it
+pub use ragtime_testkit::PgDatabase;

@@ -602,3 +602,116 @@ async fn ragtime_ingest_with_a_server_sends_jobs_and_follows_them_to_the_end() {
     );
     app.shutdown().await.expect("shutdown");
 }
+
+/// A collection removed under its jobs — one running, one queued behind
+/// it — ends both as failed naming the collection; neither makes it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collection_removed_under_its_jobs_is_not_made_again() {
+    let app = TestApp::builder()
+        .slow_embeddings(Duration::from_millis(100))
+        .config(|c| c.limits.max_concurrent_ingests = 1)
+        .spawn()
+        .await;
+    let running = id_of(
+        &submit(
+            &app,
+            json!({"collection": "busy", "async": true, "documents": docs(400, "first")}),
+        )
+        .await,
+    );
+    let queued = id_of(
+        &submit(
+            &app,
+            json!({"collection": "waiting", "async": true, "documents": docs(40, "second")}),
+        )
+        .await,
+    );
+    wait_job(&app, &running, Duration::from_secs(30), |j| {
+        j["documents"]["done"].as_i64().unwrap_or(0) >= 32
+    })
+    .await;
+    assert_eq!(job(&app, &queued).await["status"], "queued");
+    for name in ["waiting", "busy"] {
+        let r = app
+            .http
+            .delete(app.url(&format!("/v1/collections/{name}")))
+            .send()
+            .await
+            .expect("delete");
+        assert_eq!(r.status(), 200, "{name}");
+    }
+    for (id, name) in [(&running, "busy"), (&queued, "waiting")] {
+        let j = wait_job(&app, id, Duration::from_secs(30), ended).await;
+        assert_eq!(j["status"], "failed", "{j}");
+        let error = j["error"].as_str().unwrap_or_default();
+        assert!(error.contains(name), "names the collection: {j}");
+    }
+    for name in ["busy", "waiting"] {
+        let (status, _, _, _) = error_of(app.get(&format!("/v1/collections/{name}")).await).await;
+        assert_eq!(status, 404, "{name} was made again");
+    }
+    app.shutdown().await.expect("shutdown");
+}
+
+/// Held jobs are bounded per tenant and by the text they keep in memory:
+/// past either, 503 naming the setting, and the other tenant still gets
+/// its job within the byte bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_jobs_are_bounded_per_tenant_and_in_bytes() {
+    let app = TestApp::builder()
+        .slow_embeddings(Duration::from_millis(100))
+        .admin()
+        .config(|c| {
+            c.limits.max_concurrent_ingests = 1;
+            c.limits.max_jobs_per_tenant = 1;
+            c.limits.max_queued_job_bytes = 64 * 1024;
+        })
+        .spawn()
+        .await;
+    // About 10 KB held.
+    submit(&app, json!({"async": true, "documents": docs(400, "slow")})).await;
+    let refused = |r: reqwest::Response, setting: &'static str| async move {
+        let (status, code, _, body) = error_of(r).await;
+        assert_eq!((status, code.as_str()), (503, "overloaded"), "{body}");
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(setting), "{body}");
+    };
+    let second = app
+        .post_json(
+            "/v1/documents",
+            json!({"async": true, "documents": docs(3, "more")}),
+        )
+        .await;
+    refused(second, "limits.max_jobs_per_tenant").await;
+    let key: Value = app
+        .admin(
+            reqwest::Method::POST,
+            "/admin/keys",
+            Some(json!({"tenant": "other", "name": "k"})),
+        )
+        .await
+        .json()
+        .await
+        .expect("json");
+    let key = key["key"].as_str().expect("key");
+    let big = "x".repeat(60 * 1024);
+    let r = app
+        .http
+        .post(app.url("/v1/documents"))
+        .bearer_auth(key)
+        .json(&json!({"async": true, "documents": [{"id": "big", "text": big}]}))
+        .send()
+        .await
+        .expect("post");
+    refused(r, "limits.max_queued_job_bytes").await;
+    let r = app
+        .http
+        .post(app.url("/v1/documents"))
+        .bearer_auth(key)
+        .json(&json!({"async": true, "documents": docs(3, "small")}))
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(r.status(), 202, "within both bounds");
+    app.shutdown().await.expect("shutdown");
+}
