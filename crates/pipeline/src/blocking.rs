@@ -2,11 +2,21 @@
 
 use ragtime_core::{Cancel, StageError};
 
-/// Cancels the flag when the awaiting future is dropped (the stage's deadline
-/// passed), unless the work already finished.
-struct CancelOnDrop {
+/// Cancels the flag when dropped — the future that holds it went away (a
+/// stage's deadline passed, a client left) — unless disarmed because the
+/// work already finished.
+pub(crate) struct CancelOnDrop {
     cancel: Cancel,
     armed: bool,
+}
+
+impl CancelOnDrop {
+    pub(crate) fn new(cancel: Cancel) -> Self {
+        Self {
+            cancel,
+            armed: true,
+        }
+    }
 }
 
 impl Drop for CancelOnDrop {
@@ -25,10 +35,7 @@ where
     F: FnOnce(&Cancel) -> Result<T, StageError> + Send + 'static,
     T: Send + 'static,
 {
-    let mut guard = CancelOnDrop {
-        cancel: cancel.clone(),
-        armed: true,
-    };
+    let mut guard = CancelOnDrop::new(cancel.clone());
     let res = tokio::task::spawn_blocking(move || {
         if cancel.is_cancelled() {
             return Err(StageError::Cancelled);

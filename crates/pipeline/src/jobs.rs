@@ -98,15 +98,6 @@ impl Pipeline {
         })
         .await
         .map_err(internal)?;
-        // The collection is taken now, made if missing, as a direct ingest
-        // would: removed while the job waits or runs, the job fails naming
-        // it rather than making it again.
-        let target = tenant.collection(collection);
-        let coll_id = self
-            .corpus
-            .target(&target)
-            .await
-            .map_err(|e| Self::corpus_error(e, collection))?;
         let id = format!("job_{}", uuid::Uuid::new_v4().simple());
         let (stop, stopped) = watch::channel(false);
         {
@@ -140,6 +131,17 @@ impl Pipeline {
                 },
             );
         }
+        // The collection is taken now (once the job is let in), made if
+        // missing, as a direct ingest would: removed while the job waits or
+        // runs, the job fails naming it rather than making it again.
+        let target = tenant.collection(collection);
+        let coll_id = match self.corpus.target(&target).await {
+            Ok(id) => id,
+            Err(e) => {
+                self.jobs.remove(&id);
+                return Err(Self::corpus_error(e, collection));
+            }
+        };
         let new = NewJob {
             id: &id,
             tenant: tenant.name(),

@@ -11,8 +11,8 @@
 //! - [`search`], [`rerank`], [`chat`], [`embeddings`]: the requests, written
 //!   against the stage traits of `ragtime-core`;
 //! - [`Pipeline`]: every request's owner (collection, budgets, recording);
-//! - [`corpus`]: ingestion into the store and the indexes; [`snapshots`]:
-//!   the indexes saved on local disk, so a start does not rebuild them;
+//! - [`corpus`]: ingestion into the store and the indexes, the indexes
+//!   loaded, followed, saved on local disk ([`snapshots`]) and dropped;
 //! - [`budgets`], [`experiment`], [`advice`]: budgets at runtime;
 //! - [`backend`]: the LLM backends — admission gates, routing, hedging,
 //!   circuit breakers; [`load`]: how requests shrink as they fill up;
@@ -34,12 +34,12 @@ mod profile;
 pub mod rerank;
 pub mod search;
 mod service;
-pub mod snapshots;
 pub mod stages;
 pub mod stats;
 
 pub use blocking::run_blocking;
 pub use budget::{Done, Policy, RequestBudget, StageCtx, StagePlan, StageRun};
+pub use corpus::snapshots;
 pub use profile::{BudgetProfile, ProfileError};
 pub use ragtime_core::{BudgetReport, Cancel, Outcome, Stage, StageError, StageReport};
 pub use ragtime_retrieve::LexicalUnit;

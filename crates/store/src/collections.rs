@@ -175,8 +175,12 @@ impl Store {
             .await?;
             let Some(id) = id else {
                 tx.rollback().await?;
-                let id: i64 = sqlx::query_scalar("SELECT id FROM collections WHERE name = $1").bind(name).fetch_one(p).await?;
-                return Ok(Created::Existing(id));
+                let id: Option<i64> = sqlx::query_scalar("SELECT id FROM collections WHERE name = $1").bind(name).fetch_optional(p).await?;
+                return match id {
+                    Some(id) => Ok(Created::Existing(id)),
+                    // Made and removed again meanwhile: try once more.
+                    None => Box::pin(self.create_collection(name, description, limits)).await,
+                };
             };
             tx.lock_log().await?;
             sqlx::query(

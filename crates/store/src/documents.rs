@@ -357,7 +357,9 @@ impl Store {
         })
     }
 
-    /// Deletes a document and its chunks. `None` if there was no such document.
+    /// Deletes a document and its chunks. `None` if there was no such
+    /// document; [`StoreError::CollectionGone`] if there is no such
+    /// collection (any more).
     pub async fn delete_document(
         &self,
         collection_id: i64,
@@ -367,7 +369,7 @@ impl Store {
             let mut tx = p.begin_write().await?;
             if !lock_collection_row!(tx, collection_id) {
                 tx.rollback().await?;
-                return Ok(None);
+                return Err(StoreError::CollectionGone(collection_id));
             }
             let id: Option<i64> = sqlx::query_scalar("SELECT id FROM documents WHERE collection_id = $1 AND external_id = $2")
                 .bind(collection_id)
@@ -513,11 +515,11 @@ impl Store {
     }
 
     /// Trims the change log: replicas not heard from since `stale_before_ms`
-    /// are forgotten, entries below the lowest remaining position are
-    /// removed (the log then starts there: [`Store::log_trimmed_below`]),
-    /// and so are document entries of collections that no longer exist
-    /// (their removal's own entry stays). Nothing is trimmed while no
-    /// replica has reported. Returns the entries removed.
+    /// are forgotten, and entries below the lowest remaining position are
+    /// removed (the log then starts there: [`Store::log_trimmed_below`]) —
+    /// removed collections' entries with the rest, once every replica has
+    /// passed them. Nothing is trimmed while no replica has reported.
+    /// Returns the entries removed.
     pub async fn trim_log(&self, stale_before_ms: i64) -> Result<u64, StoreError> {
         on_pool!(self, p => {
             let mut tx = p.begin_write().await?;
@@ -530,7 +532,7 @@ impl Store {
                 .await?;
             let mut removed = 0;
             if let Some(lowest) = lowest {
-                removed += sqlx::query("DELETE FROM ingest_log WHERE id < $1")
+                removed = sqlx::query("DELETE FROM ingest_log WHERE id < $1")
                     .bind(lowest)
                     .execute(&mut *tx)
                     .await?
@@ -540,13 +542,6 @@ impl Store {
                     .execute(&mut *tx)
                     .await?;
             }
-            removed += sqlx::query(
-                "DELETE FROM ingest_log WHERE op IN ('upsert', 'delete') AND collection_id IN \
-                 (SELECT collection_id FROM ingest_log WHERE op = 'drop_collection')",
-            )
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
             tx.commit().await?;
             Ok(removed)
         })

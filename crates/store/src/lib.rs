@@ -210,7 +210,10 @@ impl Store {
                 // FULL: a commit is on disk before it is acknowledged.
                 .synchronous(SqliteSynchronous::Full)
                 .foreign_keys(true)
-                .busy_timeout(Duration::from_secs(5));
+                // Writers to different collections of one process meet
+                // here (each collection has its own lock): a long write,
+                // such as removing a large collection, is waited for.
+                .busy_timeout(Duration::from_secs(30));
             let pool = SqlitePoolOptions::new()
                 .max_connections(8)
                 .connect_with(opts)

@@ -346,8 +346,16 @@ impl<P: SpanProcessor> SpanProcessor for TailProcessor<P> {
         if local_root && !sc.is_sampled() && sc.is_valid() {
             let trace = sc.trace_id();
             let mut b = self.buffer.lock().unwrap_or_else(PoisonError::into_inner);
-            if !b.decided.contains_key(&trace) {
-                b.held(trace).open_roots += 1;
+            match b.decided.get(&trace) {
+                // Exported already: its new request's spans follow.
+                Some(true) => {}
+                // Dropped as healthy, and a new request comes under it: held
+                // and decided again when that one ends.
+                Some(false) => {
+                    b.decided.remove(&trace);
+                    b.held(trace).open_roots += 1;
+                }
+                None => b.held(trace).open_roots += 1,
             }
         }
         self.next.on_start(span, cx);

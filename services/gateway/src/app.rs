@@ -269,6 +269,11 @@ impl Application {
         if let Some(server) = self.state.take_local_llm() {
             server.shutdown().await;
         }
+        if let Some(p) = self.state.loaded()
+            && let Err(e) = p.corpus.leave().await
+        {
+            tracing::warn!(error = %e, "could not take this replica off the change log's list");
+        }
         self.state.store.close().await;
         tracing::info!("ragtime stopped");
         Ok(())
@@ -378,16 +383,11 @@ const REPLICA_STALE: Duration = Duration::from_secs(3600);
 /// Reports this replica's change-log position and trims the log below
 /// every live replica's, every minute; runs for the process's life.
 async fn trim_log(pipeline: Arc<ragtime_pipeline::Pipeline>) {
-    let replica = format!("replica_{}", uuid::Uuid::new_v4().simple());
     let mut every = tokio::time::interval(TRIM_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         every.tick().await;
-        match pipeline
-            .corpus
-            .keep_log_trimmed(&replica, REPLICA_STALE)
-            .await
-        {
+        match pipeline.corpus.keep_log_trimmed(REPLICA_STALE).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(entries = n, "change log trimmed"),
             Err(e) => {

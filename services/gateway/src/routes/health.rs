@@ -112,7 +112,7 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> impl IntoResponse {
         Some(p) => Ok(EmbedCheck {
             model: "all-minilm-l6-v2",
             dim: p.corpus.embedder.dim(),
-            chunks_indexed: p.corpus.indexes.len(),
+            chunks_indexed: p.corpus.status().chunks,
             reranker: p.reranker.is_some(),
         }),
         None => match state.loading() {
@@ -165,7 +165,7 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> impl IntoResponse {
                     "{} changes behind the store, the oldest {:.0} s old",
                     lag.entries, lag.seconds
                 ))
-            } else if p.corpus.following() && pass_age_s > MAX_LAG_S {
+            } else if p.corpus.status().following && pass_age_s > MAX_LAG_S {
                 Err(format!(
                     "the follower of the store's changes has not finished a pass for {pass_age_s:.0} s"
                 ))

@@ -679,10 +679,12 @@ async fn held_jobs_are_bounded_per_tenant_and_in_bytes() {
     let second = app
         .post_json(
             "/v1/documents",
-            json!({"async": true, "documents": docs(3, "more")}),
+            json!({"collection": "refused", "async": true, "documents": docs(3, "more")}),
         )
         .await;
     refused(second, "limits.max_jobs_per_tenant").await;
+    let (status, _, _, _) = error_of(app.get("/v1/collections/refused").await).await;
+    assert_eq!(status, 404, "a refused job makes no collection");
     let key: Value = app
         .admin(
             reqwest::Method::POST,
