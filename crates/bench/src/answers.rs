@@ -23,6 +23,7 @@ use crate::load::Server;
 use crate::stats::pct;
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
+use ragtime_core::PartialReason;
 use regex::RegexBuilder;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -90,7 +91,7 @@ fn pages(dir: &Path) -> Vec<(String, Vec<u8>)> {
 struct Answer {
     text: String,
     citations: Vec<String>,
-    reason: Option<String>,
+    reason: Option<PartialReason>,
     first_text: Option<Duration>,
     total: Duration,
     /// The grounding verdict: `Some(grounded)` when checked.
@@ -137,7 +138,9 @@ async fn ask(http: &reqwest::Client, base: &str, q: &str, mode: &str) -> Answer 
         }
         a.text.push_str(text);
         if v.get("budget").is_some() {
-            a.reason = v["partial_reason"].as_str().map(str::to_owned);
+            a.reason = v["partial_reason"]
+                .as_str()
+                .and_then(PartialReason::from_name);
             a.citations = v["citations"]
                 .as_array()
                 .into_iter()
@@ -292,7 +295,7 @@ pub async fn answers() {
             }
             correct += usize::from(ok);
             correct5 += usize::from(ok && in_top5[i]);
-            looping += usize::from(loops(&a.text) || a.reason.as_deref() == Some("degenerate"));
+            looping += usize::from(loops(&a.text) || a.reason == Some(PartialReason::Degenerate));
             partial += usize::from(a.reason.is_some());
             first.extend(a.first_text);
             total.push(a.total);
@@ -310,7 +313,7 @@ pub async fn answers() {
                 verify.push(Duration::from_secs_f64(ms / 1000.0));
                 // A looping answer is cut while the backend still writes
                 // its next token: the check shares the cores with it.
-                if a.reason.as_deref() != Some("degenerate") {
+                if a.reason != Some(PartialReason::Degenerate) {
                     verify_whole.push(Duration::from_secs_f64(ms / 1000.0));
                 }
             }

@@ -24,6 +24,7 @@ use crate::env_usize;
 use crate::stats::{Rng, pct};
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
+use ragtime_core::{PartialReason, Stage};
 use ragtime_gateway::config::Secret;
 use ragtime_gateway::{Application, Config};
 use serde_json::{Value, json};
@@ -135,7 +136,7 @@ impl Server {
 #[derive(Debug, Clone)]
 struct Answer {
     status: u16,
-    reason: Option<String>,
+    reason: Option<PartialReason>,
     first_chunk: Option<Duration>,
     ttft: Option<Duration>,
     total: Duration,
@@ -189,7 +190,9 @@ async fn ask(http: &reqwest::Client, base: &str, q: &str) -> Answer {
             a.ttft = Some(t0.elapsed());
         }
         if v.get("budget").is_some() {
-            a.reason = v["partial_reason"].as_str().map(str::to_owned);
+            a.reason = v["partial_reason"]
+                .as_str()
+                .and_then(PartialReason::from_name);
             budget_ms = v["budget"]["total_ms"].as_f64().unwrap_or(0.0);
         }
     }
@@ -294,10 +297,10 @@ fn ms(v: Vec<Duration>, p: f64) -> String {
 
 fn row(name: &str, rate: f64, a: &[Answer], secs: f64) {
     let ok: Vec<&Answer> = a.iter().filter(|x| x.status == 200).collect();
-    let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+    let mut reasons: BTreeMap<&'static str, usize> = BTreeMap::new();
     for x in &ok {
         if let Some(r) = &x.reason {
-            *reasons.entry(r.clone()).or_default() += 1;
+            *reasons.entry(r.name()).or_default() += 1;
         }
     }
     let s503 = a.iter().filter(|x| x.status == 503).count();
@@ -311,18 +314,23 @@ fn row(name: &str, rate: f64, a: &[Answer], secs: f64) {
     let mut over: Vec<f64> = ok.iter().map(|x| x.over_budget_ms).collect();
     over.sort_by(f64::total_cmp);
     let over99 = over.get(((over.len().max(1) - 1) as f64 * 0.99).round() as usize);
-    let not_llm = |r: &str| r == "overload" || r == "llm_ttft";
+    let not_llm = |r: &PartialReason| {
+        matches!(
+            r,
+            PartialReason::Overload | PartialReason::Stage(Stage::LlmTtft)
+        )
+    };
     let unwritten: Vec<Duration> = ok
         .iter()
-        .filter(|x| x.reason.as_deref().is_some_and(not_llm))
+        .filter(|x| x.reason.as_ref().is_some_and(not_llm))
         .map(|x| x.total)
         .collect();
     let shed: Vec<Duration> = ok
         .iter()
-        .filter(|x| x.reason.as_deref() == Some("overload"))
+        .filter(|x| x.reason == Some(PartialReason::Overload))
         .map(|x| x.total)
         .collect();
-    let missed = reasons.get("llm_ttft").copied().unwrap_or(0);
+    let missed = reasons.get(Stage::LlmTtft.name()).copied().unwrap_or(0);
     println!(
         "| {name} | {rate:.2} | {} | {:.2} | {} | {s503} | {other} | {} / {} / {} | {} / {} / {} | {} / {} | {} | {} | {} | {:.1} % |",
         a.len(),
@@ -614,11 +622,11 @@ pub async fn kill(data: &SciFact) {
     }
     let answers = load.await.unwrap_or_default();
     let mut by_status: BTreeMap<u16, usize> = BTreeMap::new();
-    let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+    let mut reasons: BTreeMap<&'static str, usize> = BTreeMap::new();
     for x in &answers {
         *by_status.entry(x.status).or_default() += 1;
         if let Some(r) = &x.reason {
-            *reasons.entry(r.clone()).or_default() += 1;
+            *reasons.entry(r.name()).or_default() += 1;
         }
     }
     println!(

@@ -44,7 +44,6 @@
 mod answers;
 mod cache_bench;
 mod chat_bench;
-mod data;
 mod flood;
 mod follow_bench;
 mod fusion_bench;
@@ -63,6 +62,7 @@ use ragtime_pipeline::stages::IndexRetriever;
 use ragtime_pipeline::{BudgetProfile, RequestBudget};
 use ragtime_retrieve::{Chunk, CollectionIndex, DenseParams};
 use ragtime_store::Store;
+use ragtime_testkit::scifact as data;
 use stats::{Rng, ndcg_at_10, pct};
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;

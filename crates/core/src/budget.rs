@@ -211,3 +211,90 @@ mod tests {
         assert_eq!(r.first_degraded().map(|s| s.stage), Some(Stage::Rerank));
     }
 }
+
+/// Why an answer is partial: a stage that degraded (named as the stage
+/// is), or a reason of the answer's own. Serialised as its name, the
+/// `partial_reason` clients read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PartialReason {
+    /// The stage did not finish its work in time, or failed.
+    Stage(Stage),
+    /// Shed: every backend was too busy to take the request.
+    Overload,
+    /// The model failed (or its breaker was open).
+    LlmError,
+    /// The model began to repeat itself and was stopped there.
+    Degenerate,
+    /// The grounding check found the answer unsupported by its sources.
+    Ungrounded,
+}
+
+impl PartialReason {
+    /// The reasons that are not a stage's.
+    pub const OWN: [PartialReason; 4] = [
+        PartialReason::Overload,
+        PartialReason::LlmError,
+        PartialReason::Degenerate,
+        PartialReason::Ungrounded,
+    ];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            PartialReason::Stage(s) => s.name(),
+            PartialReason::Overload => "overload",
+            PartialReason::LlmError => "llm_error",
+            PartialReason::Degenerate => "degenerate",
+            PartialReason::Ungrounded => "ungrounded",
+        }
+    }
+
+    /// The reason named `name` (a stage's name or one of [`Self::OWN`]).
+    pub fn from_name(name: &str) -> Option<PartialReason> {
+        Stage::from_name(name)
+            .map(PartialReason::Stage)
+            .or_else(|| Self::OWN.into_iter().find(|r| r.name() == name))
+    }
+}
+
+impl fmt::Display for PartialReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl serde::Serialize for PartialReason {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for PartialReason {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        PartialReason::from_name(&name)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown partial reason {name:?}")))
+    }
+}
+
+#[cfg(test)]
+mod partial_reason_tests {
+    use super::*;
+
+    #[test]
+    fn every_reason_keeps_its_name_both_ways() {
+        let all = Stage::ALL
+            .into_iter()
+            .map(PartialReason::Stage)
+            .chain(PartialReason::OWN);
+        for r in all {
+            assert_eq!(PartialReason::from_name(r.name()), Some(r));
+            let json = serde_json::to_string(&r).expect("json");
+            assert_eq!(json, format!("\"{}\"", r.name()));
+            assert_eq!(
+                serde_json::from_str::<PartialReason>(&json).expect("back"),
+                r
+            );
+        }
+        assert_eq!(PartialReason::from_name("overloaded"), None);
+    }
+}

@@ -17,8 +17,8 @@ use crate::load::Levels;
 use crate::rerank::RerankParams;
 use crate::search::{self, Mode, SearchDeps, SearchOutcome, SearchRequest};
 use ragtime_core::{
-    BudgetReport, Filter, Message, Outcome, Reranker, ResponseCache, Retriever, Scope, Stage,
-    StageError, Tenant,
+    BudgetReport, Filter, Message, Outcome, PartialReason, Reranker, ResponseCache, Retriever,
+    Scope, Stage, StageError, Tenant,
 };
 use ragtime_store::{Created, Dropped, StoreError};
 use ragtime_telemetry::metrics::Metrics;
@@ -448,7 +448,10 @@ impl Pipeline {
             filter: q.filter,
         };
         let out = search::run(&budget, &deps, &req).await;
-        let reason = out.report.first_degraded().map(|s| s.stage.name());
+        let reason = out
+            .report
+            .first_degraded()
+            .map(|s| PartialReason::Stage(s.stage));
         let _ = self.record(&out.report, reason, arm);
         Ok(out)
     }
@@ -660,7 +663,7 @@ impl Pipeline {
     fn record(
         &self,
         report: &BudgetReport,
-        partial_reason: Option<&str>,
+        partial_reason: Option<PartialReason>,
         arm: ArmOf,
     ) -> Option<String> {
         let span = tracing::Span::current();
@@ -672,16 +675,16 @@ impl Pipeline {
         }
         span.record("ragtime.partial", partial_reason.is_some());
         if let Some(r) = partial_reason {
-            span.record("ragtime.partial_reason", r);
+            span.record("ragtime.partial_reason", r.name());
         }
         trace
     }
 
     fn record_chat(&self, a: &ChatAnswer, arm: ArmOf) {
-        let trace = self.record(&a.report, a.partial_reason.as_deref(), arm);
+        let trace = self.record(&a.report, a.partial_reason, arm);
         let m = &self.metrics;
-        if let Some(r) = &a.partial_reason {
-            m.partial_answer(r);
+        if let Some(r) = a.partial_reason {
+            m.partial_answer(r.name());
         }
         let ok = |s: Stage| a.report.stage(s).filter(|s| s.outcome == Outcome::Ok);
         if ok(Stage::Cache).is_some() {
@@ -696,7 +699,7 @@ impl Pipeline {
         if let Some(q) = a.queued {
             m.queue_wait(q);
         }
-        if a.partial_reason.as_deref() == Some("overload") {
+        if a.partial_reason == Some(PartialReason::Overload) {
             m.shed(a.backend.as_deref().unwrap_or("any"), "shed");
         }
         if a.hedged {

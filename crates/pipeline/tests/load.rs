@@ -7,7 +7,9 @@ mod common;
 
 use async_trait::async_trait;
 use common::{MS, World, backend, profile};
-use ragtime_core::{GenRequest, Generator, Outcome, Scope, Stage, StageError, TokenStream};
+use ragtime_core::{
+    GenRequest, Generator, Outcome, PartialReason, Scope, Stage, StageError, TokenStream,
+};
 use ragtime_pipeline::RequestBudget;
 use ragtime_pipeline::backend::breaker::BreakerState;
 use ragtime_pipeline::backend::{Backend, Backends, HedgePolicy};
@@ -116,9 +118,9 @@ async fn thirty_two_in_flight_queue_by_priority_and_deadline_and_shed_what_canno
                 s.budget_ms
             );
         }
-        match a.partial_reason.as_deref() {
+        match a.partial_reason {
             None => answered.push((i, priority)),
-            Some("overload") => {
+            Some(PartialReason::Overload) => {
                 shed += 1;
                 assert_eq!(stage(&a, Stage::LlmTtft).0, Outcome::Skipped);
                 assert!(
@@ -132,7 +134,7 @@ async fn thirty_two_in_flight_queue_by_priority_and_deadline_and_shed_what_canno
                 ));
             }
             // Queued, then too late for a first token when a slot came.
-            Some("llm_ttft") => missed += 1,
+            Some(PartialReason::Stage(Stage::LlmTtft)) => missed += 1,
             Some(other) => panic!(
                 "request {i}: unexpected partial reason {other}: {:?}",
                 a.report
@@ -193,7 +195,7 @@ async fn a_queue_timeout_is_not_booked_as_slow_prefill() {
     let budget = RequestBudget::start(&p, &CHAT_PLAN, None);
     let a = chat::run(&budget, &deps, &long, &tx).await;
     drop(held);
-    assert_eq!(a.partial_reason.as_deref(), Some("llm_ttft"));
+    assert_eq!(a.partial_reason, Some(PartialReason::Stage(Stage::LlmTtft)));
     assert_eq!(stage(&a, Stage::LlmTtft).0, Outcome::Timeout);
     assert!(a.queued >= Some(3_900 * MS), "{:?}", a.queued);
     assert!(g.requests().is_empty(), "it never reached the backend");
@@ -254,7 +256,10 @@ async fn a_slow_first_token_is_hedged_on_another_backend() {
     );
     let ans = w.ask(input("insulin", 0)).await;
     assert!(!ans.hedged);
-    assert_eq!(ans.partial_reason.as_deref(), Some("llm_ttft"));
+    assert_eq!(
+        ans.partial_reason,
+        Some(PartialReason::Stage(Stage::LlmTtft))
+    );
 }
 
 /// A backend that fails.
@@ -296,7 +301,7 @@ async fn a_failing_backend_gives_way_and_its_breaker_opens() {
         HedgePolicy::default(),
     );
     let a = w.ask(input("insulin", 0)).await;
-    assert_eq!(a.partial_reason.as_deref(), Some("llm_error"));
+    assert_eq!(a.partial_reason, Some(PartialReason::LlmError));
     assert!(
         a.text
             .ends_with("(The model failed to answer; this is quoted from the sources.)")
@@ -315,7 +320,7 @@ async fn a_broken_stream_is_an_llm_error_and_teaches_nothing() {
     let w = world(vec![b.clone()], HedgePolicy::default());
     let a = w.ask(input("insulin", 0)).await;
     assert_eq!(a.text, "tok0 tok1 tok2 tok3 ");
-    assert_eq!(a.partial_reason.as_deref(), Some("llm_error"));
+    assert_eq!(a.partial_reason, Some(PartialReason::LlmError));
     assert_eq!(a.finish_reason, "length");
     assert_eq!(stage(&a, Stage::LlmGenerate).0, Outcome::Partial);
     assert_eq!(b.stats.estimates().observations, 0);
@@ -377,7 +382,7 @@ async fn a_looping_answer_is_stopped_where_the_loop_began() {
     let w = world(vec![b.clone()], HedgePolicy::default());
     let a = w.ask(input("insulin", 0)).await;
     assert_eq!(a.text, format!("Mitochondria make ATP [1].\n{line}"));
-    assert_eq!(a.partial_reason.as_deref(), Some("degenerate"));
+    assert_eq!(a.partial_reason, Some(PartialReason::Degenerate));
     assert!(a.partial);
     assert_eq!(a.finish_reason, "stop");
     assert_eq!(b.stats.estimates().observations, 0);

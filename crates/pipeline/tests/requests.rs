@@ -6,7 +6,7 @@ mod common;
 
 use common::{MS, backend, chat_deps, profile};
 use ragtime_cache::{CacheOptions, SemanticCache};
-use ragtime_core::{CachedAnswer, Filter, Message, Outcome, Scope, Stage};
+use ragtime_core::{CachedAnswer, Filter, Message, Outcome, PartialReason, Scope, Stage};
 use ragtime_pipeline::backend::{Backend, Backends, HedgePolicy};
 use ragtime_pipeline::chat::{self, CHAT_PLAN, ChatAnswer, ChatDeps, ChatEvent, ChatInput};
 use ragtime_pipeline::load::Levels;
@@ -338,7 +338,7 @@ async fn no_first_token_in_time_gives_the_extractive_answer_at_the_ttft_deadline
     let deps = chat_deps(&e, &r, &backends, &levels, None);
     let (a, text) = chat_turn(&deps, &input("insulin signalling", vec![]), &profile()).await;
     assert!(a.partial);
-    assert_eq!(a.partial_reason.as_deref(), Some("llm_ttft"));
+    assert_eq!(a.partial_reason, Some(PartialReason::Stage(Stage::LlmTtft)));
     assert_eq!(
         outcome(&a.report, Stage::LlmTtft),
         Some((Outcome::Timeout, 1_000))
@@ -383,7 +383,10 @@ async fn generation_that_outlasts_its_budget_keeps_what_was_streamed() {
     assert_eq!(a.text, "tok0 tok1 tok2 ");
     assert_eq!(text, a.text);
     assert_eq!(a.finish_reason, "length");
-    assert_eq!(a.partial_reason.as_deref(), Some("llm_generate"));
+    assert_eq!(
+        a.partial_reason,
+        Some(PartialReason::Stage(Stage::LlmGenerate))
+    );
     let g_stage = a.report.stage(Stage::LlmGenerate).cloned();
     assert_eq!(
         g_stage.as_ref().map(|s| (s.outcome, s.elapsed_ms)),

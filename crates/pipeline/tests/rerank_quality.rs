@@ -9,8 +9,7 @@
 //! Runs when `RAGTIME_TEST_RERANK_DIR` is set and `../shared/data/scifact`
 //! exists (`make test` and CI); otherwise it says it did not run.
 
-#[path = "../../bench/src/data.rs"]
-mod data;
+use ragtime_testkit::scifact as data;
 
 use ragtime_core::Passage as SearchHit;
 use ragtime_core::{Cancel, Filter};

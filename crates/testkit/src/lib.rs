@@ -448,6 +448,8 @@ pub fn need(var: &str, what: &str) -> String {
     }
 }
 
+pub mod scifact;
+
 /// A database of its own on the PostgreSQL server of
 /// `RAGTIME_TEST_DATABASE_URL` (tests that need it are `needs_postgres_…`),
 /// dropped by [`PgDatabase::drop_db`].

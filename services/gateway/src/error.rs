@@ -8,76 +8,65 @@ use ragtime_core::BudgetReport;
 use ragtime_pipeline::PipelineError;
 use serde::Serialize;
 
-/// Machine-readable error codes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorCode {
-    /// The body is not valid JSON.
-    InvalidJson,
-    /// A field is missing, has the wrong type or an invalid value.
-    InvalidRequest,
-    UnsupportedMediaType,
-    PayloadTooLarge,
-    NotFound,
-    MethodNotAllowed,
-    /// No credentials, or not in the expected form.
-    Unauthorized,
-    /// Credentials that do not grant this.
-    Forbidden,
-    /// A write past one of the tenant's quotas (403; nothing was written).
-    QuotaExceeded,
-    /// The resource exists already (409).
-    Conflict,
-    /// Over a rate limit (429, with `Retry-After`).
-    RateLimited,
-    /// The service is starting (models loading) or a dependency is down.
-    NotReady,
-    /// The request's budget ran out before it could produce anything.
-    BudgetExceeded,
-    /// Every LLM backend's queue is full (503, with `Retry-After`).
-    Overloaded,
-    Internal,
+/// Declares [`ErrorCode`] from its table: one row per code — the variant,
+/// its name in bodies, its HTTP status and what it means — so the name, the
+/// status and the OpenAPI document's list cannot disagree.
+macro_rules! error_codes {
+    ($($variant:ident = $code:literal, $status:ident, $what:literal;)*) => {
+        /// Machine-readable error codes.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum ErrorCode {
+            $(#[doc = $what] $variant,)*
+        }
+
+        impl ErrorCode {
+            /// Every code, in the table's order.
+            pub const ALL: &[ErrorCode] = &[$(ErrorCode::$variant),*];
+
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(ErrorCode::$variant => $code,)*
+                }
+            }
+
+            pub const fn status(self) -> StatusCode {
+                match self {
+                    $(ErrorCode::$variant => StatusCode::$status,)*
+                }
+            }
+
+            /// What the code means (for the API's documentation).
+            pub const fn description(self) -> &'static str {
+                match self {
+                    $(ErrorCode::$variant => $what,)*
+                }
+            }
+        }
+    };
 }
 
-impl ErrorCode {
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            ErrorCode::InvalidJson => "invalid_json",
-            ErrorCode::InvalidRequest => "invalid_request",
-            ErrorCode::UnsupportedMediaType => "unsupported_media_type",
-            ErrorCode::PayloadTooLarge => "payload_too_large",
-            ErrorCode::NotFound => "not_found",
-            ErrorCode::MethodNotAllowed => "method_not_allowed",
-            ErrorCode::Unauthorized => "unauthorized",
-            ErrorCode::Forbidden => "forbidden",
-            ErrorCode::QuotaExceeded => "quota_exceeded",
-            ErrorCode::Conflict => "conflict",
-            ErrorCode::RateLimited => "rate_limited",
-            ErrorCode::NotReady => "not_ready",
-            ErrorCode::BudgetExceeded => "budget_exceeded",
-            ErrorCode::Overloaded => "overloaded",
-            ErrorCode::Internal => "internal",
-        }
-    }
-
-    /// The table: error code → HTTP status.
-    pub const fn status(self) -> StatusCode {
-        match self {
-            ErrorCode::InvalidJson => StatusCode::BAD_REQUEST,
-            ErrorCode::InvalidRequest => StatusCode::UNPROCESSABLE_ENTITY,
-            ErrorCode::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            ErrorCode::NotFound => StatusCode::NOT_FOUND,
-            ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
-            ErrorCode::Forbidden | ErrorCode::QuotaExceeded => StatusCode::FORBIDDEN,
-            ErrorCode::Conflict => StatusCode::CONFLICT,
-            ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
-            ErrorCode::NotReady | ErrorCode::BudgetExceeded | ErrorCode::Overloaded => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
-            ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-        }
-    }
+error_codes! {
+    InvalidJson = "invalid_json", BAD_REQUEST, "Malformed JSON";
+    InvalidRequest = "invalid_request", UNPROCESSABLE_ENTITY,
+        "A field, parameter or path segment is missing or invalid (`field` names it)";
+    UnsupportedMediaType = "unsupported_media_type", UNSUPPORTED_MEDIA_TYPE, "Not a JSON body";
+    PayloadTooLarge = "payload_too_large", PAYLOAD_TOO_LARGE, "The body is over the size limit";
+    NotFound = "not_found", NOT_FOUND, "No such collection, document or resource";
+    MethodNotAllowed = "method_not_allowed", METHOD_NOT_ALLOWED, "Not a method of this route";
+    Unauthorized = "unauthorized", UNAUTHORIZED, "No credentials, or not a valid key";
+    Forbidden = "forbidden", FORBIDDEN, "Credentials that do not grant this";
+    QuotaExceeded = "quota_exceeded", FORBIDDEN,
+        "A write past one of the tenant's quotas (`limit` names it); nothing was written";
+    Conflict = "conflict", CONFLICT, "The resource exists already";
+    RateLimited = "rate_limited", TOO_MANY_REQUESTS,
+        "Over the tenant's rate limit; see `Retry-After`";
+    NotReady = "not_ready", SERVICE_UNAVAILABLE,
+        "The service is starting or a dependency is down; see `Retry-After`";
+    BudgetExceeded = "budget_exceeded", SERVICE_UNAVAILABLE,
+        "The request's budget ran out before it could produce anything (`budget` says how)";
+    Overloaded = "overloaded", SERVICE_UNAVAILABLE,
+        "A queue the request needs is full (the message names it); see `Retry-After`";
+    Internal = "internal", INTERNAL_SERVER_ERROR, "A fault of the service (logged)";
 }
 
 #[derive(Debug)]
@@ -183,10 +172,7 @@ pub struct ErrorBody<'a> {
 
 #[derive(Serialize, utoipa::ToSchema)]
 struct ErrorFields<'a> {
-    /// `invalid_json`, `invalid_request`, `unsupported_media_type`,
-    /// `payload_too_large`, `not_found`, `method_not_allowed`,
-    /// `unauthorized`, `forbidden`, `quota_exceeded`, `conflict`,
-    /// `rate_limited`, `not_ready`, `budget_exceeded`, `overloaded`.
+    /// One of the error table's codes (the document lists them).
     code: &'static str,
     message: &'a str,
     /// The request field it is about, as a JSON path (`documents[2].text`).

@@ -37,7 +37,7 @@ use crate::search::{Mode, SearchRequest, embed_query, retrieve};
 use crate::stats::Observation;
 use ragtime_core::{
     BudgetReport, CachedAnswer, Cancel, Citation, Embedder, Filter, GenRequest, Grounding, Message,
-    Outcome, Passage, Reranker, ResponseCache, Retriever, Scope, Stage, Usage,
+    Outcome, PartialReason, Passage, Reranker, ResponseCache, Retriever, Scope, Stage, Usage,
 };
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -164,7 +164,7 @@ pub struct ChatAnswer {
     pub partial: bool,
     /// What degraded the answer: the stage (`llm_ttft`, `llm_generate`, …),
     /// `overload` (shed before the LLM) or `llm_error` (the backend failed).
-    pub partial_reason: Option<String>,
+    pub partial_reason: Option<PartialReason>,
     pub cached: bool,
     pub usage: Usage,
     pub report: BudgetReport,
@@ -423,9 +423,8 @@ struct Reply {
     generated: Option<String>,
     finish_reason: String,
     usage: Usage,
-    /// What degraded it beyond the stages' outcomes (`overload`,
-    /// `llm_error`, `degenerate`, `ungrounded`).
-    reason: Option<&'static str>,
+    /// What degraded it beyond the stages' outcomes.
+    reason: Option<PartialReason>,
     backend: Option<String>,
     queued: Option<Duration>,
     hedged: bool,
@@ -510,8 +509,8 @@ fn extractive_reply(text: String, passages: Vec<Passage>, why: Why) -> Reply {
         finish_reason: "stop".into(),
         usage: Usage::default(),
         reason: match why {
-            Why::Busy => Some("overload"),
-            Why::Failed => Some("llm_error"),
+            Why::Busy => Some(PartialReason::Overload),
+            Why::Failed => Some(PartialReason::LlmError),
             _ => None,
         },
         backend: None,
@@ -715,8 +714,8 @@ async fn streamed(
         finish_reason,
         usage: s.usage.unwrap_or_default(),
         reason: match (&s.error, s.looped) {
-            (Some(_), _) => Some("llm_error"),
-            (None, true) => Some("degenerate"),
+            (Some(_), _) => Some(PartialReason::LlmError),
+            (None, true) => Some(PartialReason::Degenerate),
             (None, false) => None,
         },
         backend: Some(backend.name().to_owned()),
@@ -771,7 +770,7 @@ async fn verify(
     } else {
         r.text = quoted;
     }
-    r.reason = r.reason.or(Some("ungrounded"));
+    r.reason = r.reason.or(Some(PartialReason::Ungrounded));
     r
 }
 
@@ -799,10 +798,7 @@ fn finish(
                 .find(|r| r.stage != Stage::Verify && r.outcome.is_degraded())
                 .map(|r| r.stage)
         });
-    let reason = r
-        .reason
-        .map(str::to_owned)
-        .or_else(|| stage.map(|s| s.name().to_owned()));
+    let reason = r.reason.or_else(|| stage.map(PartialReason::Stage));
     ChatAnswer {
         text: r.text,
         citations: r.passages.iter().map(citation).collect(),

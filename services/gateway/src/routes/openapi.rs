@@ -68,43 +68,32 @@ use utoipa::OpenApi;
 struct ApiDoc;
 
 /// The statuses of the error table an operation under `/v1` or `/admin`
-/// may answer, with what each means here.
-fn errors(v1: bool) -> Vec<(ErrorCode, &'static str)> {
-    let mut e = vec![
-        (ErrorCode::InvalidJson, "Malformed JSON"),
-        (
-            ErrorCode::Unauthorized,
-            "No credentials, or not a valid key",
-        ),
-        (
-            ErrorCode::Forbidden,
-            "Credentials that do not grant this, or a quota reached (`quota_exceeded`)",
-        ),
-        (
-            ErrorCode::NotFound,
-            "No such collection, document or resource",
-        ),
-        (
-            ErrorCode::PayloadTooLarge,
-            "The body is over the size limit",
-        ),
-        (ErrorCode::UnsupportedMediaType, "Not a JSON body"),
-        (
-            ErrorCode::InvalidRequest,
-            "A field, parameter or path segment is missing or invalid (`field` names it)",
-        ),
-        (
-            ErrorCode::NotReady,
-            "Not ready, out of budget (`budget_exceeded`) or every LLM backend full (`overloaded`); see `Retry-After`",
-        ),
-    ];
-    if v1 {
-        e.push((
-            ErrorCode::RateLimited,
-            "Over the tenant's rate limit; see `Retry-After`",
-        ));
+/// may answer, each with what its codes mean (from the table's rows);
+/// `rate_limited` only under `/v1`. Not listed: 405 (a method no operation
+/// has) and 500.
+fn errors(v1: bool) -> Vec<(ErrorCode, String)> {
+    let mut out: Vec<(ErrorCode, String)> = Vec::new();
+    for &code in ErrorCode::ALL {
+        let skip = matches!(code, ErrorCode::MethodNotAllowed | ErrorCode::Internal)
+            || (code == ErrorCode::RateLimited && !v1);
+        if skip {
+            continue;
+        }
+        let what = format!("`{}`: {}", code.as_str(), code.description());
+        match out.iter_mut().find(|(c, _)| c.status() == code.status()) {
+            Some((_, text)) => {
+                text.push_str("; ");
+                text.push_str(&what);
+            }
+            None => out.push((code, what)),
+        }
     }
-    e
+    out
+}
+
+/// Every error code's name, for the `code` field's schema.
+fn error_code_names() -> Vec<&'static str> {
+    ErrorCode::ALL.iter().map(|c| c.as_str()).collect()
 }
 
 /// A follow-up operation from a created resource: (from operation, status,
@@ -202,6 +191,15 @@ pub fn document() -> Value {
             "description": "The admin key (`RAGTIME__ADMIN_KEY`)."
         }
     });
+    // The `code` field's values are the error table's codes.
+    for at in [
+        "/components/schemas/ErrorFields/properties/code",
+        "/components/schemas/ErrorBody/properties/error/properties/code",
+    ] {
+        if let Some(code) = doc.pointer_mut(at) {
+            code["enum"] = json!(error_code_names());
+        }
+    }
     let error_ref = json!({"$ref": "#/components/schemas/ErrorBody"});
     if let Some(paths) = doc["paths"].as_object_mut() {
         for (path, item) in paths.iter_mut() {
@@ -282,6 +280,36 @@ pub async fn docs() -> Html<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The document's error statuses, their descriptions and the `code`
+    /// field's values all come from the error table.
+    #[test]
+    fn the_error_table_is_the_documents() {
+        let doc = document();
+        let codes = [
+            "/components/schemas/ErrorFields/properties/code/enum",
+            "/components/schemas/ErrorBody/properties/error/properties/code/enum",
+        ]
+        .iter()
+        .find_map(|at| doc.pointer(at))
+        .cloned()
+        .unwrap_or_default();
+        assert_eq!(codes, json!(error_code_names()));
+        assert!(error_code_names().contains(&"internal"));
+        let op = &doc["paths"]["/v1/search"]["post"]["responses"];
+        for &code in ErrorCode::ALL {
+            if matches!(code, ErrorCode::MethodNotAllowed | ErrorCode::Internal) {
+                continue;
+            }
+            let what = op[code.status().as_u16().to_string()]["description"]
+                .as_str()
+                .unwrap_or_default();
+            // A route's own description of a status may stand instead.
+            if what.contains('`') {
+                assert!(what.contains(code.as_str()), "{}: {what}", code.as_str());
+            }
+        }
+    }
 
     #[test]
     fn operation_ids_are_unique_and_links_point_at_operations() {

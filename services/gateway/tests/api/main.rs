@@ -1,6 +1,8 @@
 //! One integration-test binary for the gateway: every test starts a real
-//! `Application` on port 0 with its own data folder, the real ONNX model and
-//! (unless a test points elsewhere) the real supervised llama-server.
+//! `Application` on port 0 with its own data folder (see [`helpers`]: by
+//! default with deterministic hash embeddings and a fake LLM backend; the
+//! tests that need them ask for the real ONNX model or the supervised
+//! llama-server).
 
 mod admin;
 mod admin_page;

@@ -90,7 +90,7 @@ impl<'a> Extras<'a> {
         Self {
             citations: &a.citations,
             partial: a.partial,
-            partial_reason: a.partial_reason.as_deref(),
+            partial_reason: a.partial_reason.map(ragtime_core::PartialReason::name),
             cached: a.cached,
             answer: a.answer_mode.name(),
             grounding: a.grounding.as_ref().map(|g| GroundingOut {

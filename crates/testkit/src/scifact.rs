@@ -1,3 +1,8 @@
+//! BEIR SciFact from `../shared/data/scifact` (or `RAGTIME_SCIFACT`): the
+//! corpus, the train queries with judgements, and the split of them the
+//! shared cross-encoder never saw. For benchmarks and the tests that
+//! measure retrieval quality.
+
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
