@@ -66,6 +66,14 @@ impl Jobs {
     }
 }
 
+/// A job refused for want of room (`what` names the setting).
+fn busy(what: &'static str) -> PipelineError {
+    PipelineError::Busy {
+        what,
+        retry_after: Duration::from_secs(10),
+    }
+}
+
 fn internal(e: impl std::fmt::Display) -> PipelineError {
     PipelineError::Internal(e.to_string())
 }
@@ -80,10 +88,6 @@ impl Pipeline {
         collection: &str,
         docs: Vec<IngestDoc>,
     ) -> Result<JobRecord, PipelineError> {
-        let busy = |what| PipelineError::Busy {
-            what,
-            retry_after: Duration::from_secs(10),
-        };
         let max = self.settings.max_jobs;
         if max > 0 && self.jobs.len() >= max {
             return Err(busy("every job slot (limits.max_jobs)"));
@@ -98,39 +102,7 @@ impl Pipeline {
         })
         .await
         .map_err(internal)?;
-        let id = format!("job_{}", uuid::Uuid::new_v4().simple());
-        let (stop, stopped) = watch::channel(false);
-        {
-            let mut live = self
-                .jobs
-                .live
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            if max > 0 && live.len() >= max {
-                return Err(busy("every job slot (limits.max_jobs)"));
-            }
-            let per_tenant = self.settings.max_jobs_per_tenant;
-            if per_tenant > 0
-                && live.values().filter(|j| j.tenant == tenant.name()).count() >= per_tenant
-            {
-                return Err(busy("the tenant's job slots (limits.max_jobs_per_tenant)"));
-            }
-            let held: usize = live.values().map(|j| j.bytes).sum();
-            let max_bytes = self.settings.max_queued_job_bytes;
-            if max_bytes > 0 && held + bytes > max_bytes {
-                return Err(busy(
-                    "the memory for queued jobs (limits.max_queued_job_bytes)",
-                ));
-            }
-            live.insert(
-                id.clone(),
-                Live {
-                    stop,
-                    tenant: tenant.name().to_owned(),
-                    bytes,
-                },
-            );
-        }
+        let (id, stopped) = self.admit_job(tenant, bytes)?;
         // The collection is taken now (once the job is let in), made if
         // missing, as a direct ingest would: removed while the job waits or
         // runs, the job fails naming it rather than making it again.
@@ -157,31 +129,87 @@ impl Pipeline {
         let me = self.clone();
         let job = id.clone();
         tokio::spawn(async move {
-            let _beat = AbortOnDrop::new(tokio::spawn(me.clone().beat(job.clone())));
-            let outcome = me
-                .run_job(&job, (&target, coll_id), docs, counts, stopped)
-                .await;
-            let (status, error) = match outcome {
-                Ok(true) => (JobStatus::Done, None),
-                Ok(false) => (JobStatus::Cancelled, None),
-                Err(e) => (JobStatus::Failed, Some(e.to_string())),
-            };
-            if let Err(e) = me
-                .corpus
-                .store
-                .finish_job(&job, status, error.as_deref())
+            me.run_to_end(job, (target, coll_id), docs, counts, stopped)
                 .await
-            {
-                tracing::warn!(job = %job, error = %e, "could not record the job's end");
-            }
-            me.jobs.remove(&job);
-            tracing::info!(job = %job, status = status.as_str(), error = error.as_deref(), "ingest job ended");
         });
         store
             .job(&id)
             .await
             .map_err(internal)?
             .ok_or_else(|| internal("job vanished"))
+    }
+
+    /// Lets a job in, within `limits.max_jobs`, the tenant's share and the
+    /// bytes held jobs keep: its id and the switch that stops it.
+    fn admit_job(
+        &self,
+        tenant: &Tenant,
+        bytes: usize,
+    ) -> Result<(String, watch::Receiver<bool>), PipelineError> {
+        let mut live = self
+            .jobs
+            .live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let max = self.settings.max_jobs;
+        if max > 0 && live.len() >= max {
+            return Err(busy("every job slot (limits.max_jobs)"));
+        }
+        let per_tenant = self.settings.max_jobs_per_tenant;
+        if per_tenant > 0
+            && live.values().filter(|j| j.tenant == tenant.name()).count() >= per_tenant
+        {
+            return Err(busy("the tenant's job slots (limits.max_jobs_per_tenant)"));
+        }
+        let held: usize = live.values().map(|j| j.bytes).sum();
+        let max_bytes = self.settings.max_queued_job_bytes;
+        if max_bytes > 0 && held + bytes > max_bytes {
+            return Err(busy(
+                "the memory for queued jobs (limits.max_queued_job_bytes)",
+            ));
+        }
+        let id = format!("job_{}", uuid::Uuid::new_v4().simple());
+        let (stop, stopped) = watch::channel(false);
+        let tenant = tenant.name().to_owned();
+        live.insert(
+            id.clone(),
+            Live {
+                stop,
+                tenant,
+                bytes,
+            },
+        );
+        Ok((id, stopped))
+    }
+
+    /// Runs a job to its end and records how it ended.
+    async fn run_to_end(
+        self: Arc<Self>,
+        job: String,
+        (collection, coll_id): (String, i64),
+        docs: Vec<IngestDoc>,
+        counts: Vec<usize>,
+        stopped: watch::Receiver<bool>,
+    ) {
+        let _beat = AbortOnDrop::new(tokio::spawn(self.clone().beat(job.clone())));
+        let outcome = self
+            .run_job(&job, (&collection, coll_id), docs, counts, stopped)
+            .await;
+        let (status, error) = match outcome {
+            Ok(true) => (JobStatus::Done, None),
+            Ok(false) => (JobStatus::Cancelled, None),
+            Err(e) => (JobStatus::Failed, Some(e.to_string())),
+        };
+        let recorded = self
+            .corpus
+            .store
+            .finish_job(&job, status, error.as_deref())
+            .await;
+        if let Err(e) = recorded {
+            tracing::warn!(job = %job, error = %e, "could not record the job's end");
+        }
+        self.jobs.remove(&job);
+        tracing::info!(job = %job, status = status.as_str(), error = error.as_deref(), "ingest job ended");
     }
 
     /// Keeps the job's heartbeat fresh and passes on a cancellation asked

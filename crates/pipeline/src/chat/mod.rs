@@ -570,40 +570,17 @@ async fn reply(
     let prompt = plan.build(hits, &input.history, &input.query);
     out.sources(prompt.passages.iter().map(citation).collect())
         .await;
-    // An extractive answer from here on cites only what was announced.
-    let in_prompt = |h: &&Passage| {
-        prompt
-            .passages
-            .iter()
-            .any(|p| p.chunk.chunk_id == h.chunk.chunk_id)
-    };
-    let announced: Vec<Passage> = hits.iter().filter(in_prompt).cloned().collect();
-    let hits = if announced.is_empty() {
-        hits
-    } else {
-        &announced[..]
-    };
-    // Numbered as the prompt (and so the sources) number them.
-    let ranked: Vec<(usize, &Passage)> = if announced.is_empty() {
-        ranked_top(hits)
-    } else {
-        let number = |h: &Passage| {
-            prompt
-                .passages
-                .iter()
-                .position(|p| p.chunk.chunk_id == h.chunk.chunk_id)
-                .map_or(0, |i| i + 1)
-        };
-        hits.iter().map(|h| (number(h), h)).collect()
+    let announced = announced(hits, &prompt);
+    let ranked: Vec<(usize, &Passage)> = match &announced {
+        Some(numbered) => numbered.iter().map(|(n, p)| (*n, p)).collect(),
+        None => ranked_top(hits),
     };
     // The quote first, when asked for: it needs no model.
-    let sent = if input.answer == AnswerMode::QuoteThenGenerate {
-        let q = quote(budget, deps, input, qv, &ranked, Why::Chosen).await;
-        let q = format!("{q}\n\n");
-        out.send(q.clone()).await;
-        Some((q, ranked.iter().map(|(_, p)| (*p).clone()).collect()))
-    } else {
-        None
+    let sent = match input.answer {
+        AnswerMode::QuoteThenGenerate => {
+            Some(quote_first(budget, deps, input, qv, &ranked, out).await)
+        }
+        _ => None,
     };
     let prompt_tokens = (prompt.chars as f64 / est.chars_per_token) as usize;
     let ask = Ask {
@@ -651,6 +628,40 @@ async fn reply(
             r
         }
     }
+}
+
+/// The hits the prompt holds, numbered as the prompt (and so the sources)
+/// number them: an extractive answer from here on cites only what was
+/// announced. `None` when the prompt holds none of them.
+fn announced(hits: &[Passage], prompt: &prompt::Prompt) -> Option<Vec<(usize, Passage)>> {
+    let number = |h: &Passage| {
+        prompt
+            .passages
+            .iter()
+            .position(|p| p.chunk.chunk_id == h.chunk.chunk_id)
+            .map(|i| i + 1)
+    };
+    let numbered: Vec<(usize, Passage)> = hits
+        .iter()
+        .filter_map(|h| number(h).map(|n| (n, h.clone())))
+        .collect();
+    (!numbered.is_empty()).then_some(numbered)
+}
+
+/// The quote sent ahead of the model's answer (`quote_then_generate`): the
+/// text sent and the passages it cites.
+async fn quote_first(
+    budget: &RequestBudget,
+    deps: &ChatDeps<'_>,
+    input: &ChatInput,
+    qv: Option<&[f32]>,
+    ranked: &[(usize, &Passage)],
+    out: &mut Output<'_>,
+) -> (String, Vec<Passage>) {
+    let q = quote(budget, deps, input, qv, ranked, Why::Chosen).await;
+    let q = format!("{q}\n\n");
+    out.send(q.clone()).await;
+    (q, ranked.iter().map(|(_, p)| (*p).clone()).collect())
 }
 
 /// Why `llm_ttft` ended without a first token.

@@ -429,11 +429,7 @@ async fn upload(mut form: Multipart) -> Result<(String, Vec<IngestDoc>, bool), A
             "collection" => collection = field.text().await.map_err(|e| multipart_error(&e))?,
             "async" => {
                 let text = field.text().await.map_err(|e| multipart_error(&e))?;
-                run_async = match text.trim() {
-                    "true" => true,
-                    "false" => false,
-                    _ => return Err(ApiError::invalid("async", "must be true or false")),
-                };
+                run_async = boolean(&text, "async")?;
             }
             "metadata" => {
                 let text = field.text().await.map_err(|e| multipart_error(&e))?;
@@ -465,6 +461,26 @@ async fn upload(mut form: Multipart) -> Result<(String, Vec<IngestDoc>, bool), A
     }
     check_collection(&collection, "collection")?;
     check_metadata(&extra, "metadata")?;
+    let docs = uploaded_documents(parsed_files, paths, &extra)?;
+    Ok((collection, check_all(docs, "file")?, run_async))
+}
+
+/// `true` or `false`, else an error naming `field`.
+fn boolean(text: &str, field: &str) -> Result<bool, ApiError> {
+    match text.trim() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(ApiError::invalid(field, "must be true or false")),
+    }
+}
+
+/// The uploaded files' documents, each with the form field it came from
+/// (`paths`, in order) and the form's `metadata` added.
+fn uploaded_documents(
+    parsed_files: Vec<ragtime_parse::ParsedFile>,
+    paths: Vec<String>,
+    extra: &Map<String, Value>,
+) -> Result<Vec<(String, DocumentIn)>, ApiError> {
     if parsed_files.is_empty() {
         return Err(ApiError::invalid("file", "no file was uploaded"));
     }
@@ -476,7 +492,7 @@ async fn upload(mut form: Multipart) -> Result<(String, Vec<IngestDoc>, bool), A
             return Err(ApiError::new(ErrorCode::PayloadTooLarge, msg).field(path));
         }
     }
-    let docs = paths
+    Ok(paths
         .into_iter()
         .zip(docs)
         .map(|(path, mut d)| {
@@ -490,6 +506,5 @@ async fn upload(mut form: Multipart) -> Result<(String, Vec<IngestDoc>, bool), A
             };
             (path, doc)
         })
-        .collect();
-    Ok((collection, check_all(docs, "file")?, run_async))
+        .collect())
 }

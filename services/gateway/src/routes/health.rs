@@ -108,82 +108,10 @@ pub struct Ready {
     responses((status = 200, description = "Ready", body = Ready),
         (status = 503, description = "Not ready: the failing check is named", body = Ready)))]
 pub async fn readyz(State(state): State<Arc<AppState>>) -> impl IntoResponse {
-    let embed = match state.loaded() {
-        Some(p) => Ok(EmbedCheck {
-            model: "all-minilm-l6-v2",
-            dim: p.corpus.embedder.dim(),
-            chunks_indexed: p.corpus.status().chunks,
-            reranker: p.reranker.is_some(),
-        }),
-        None => match state.loading() {
-            ModelState::Loading => Err("loading".to_owned()),
-            ModelState::Failed(e) => Err(e),
-        },
-    };
-    let store = async {
-        tokio::time::timeout(Duration::from_secs(1), state.store.ping())
-            .await
-            .map_err(|_| "ping timed out".to_owned())
-            .and_then(|r| r.map_err(|e| e.to_string()))
-            .map(|()| StoreCheck {
-                backend: format!("{:?}", state.store.backend()).to_lowercase(),
-            })
-    };
-    // Ready when the first backend answers, or any backend's breaker is
-    // closed (the others may be down: requests avoid them).
-    let llm = async {
-        let checked = state.llm.check(Duration::from_secs(1)).await;
-        if checked.is_ok() {
-            // As good as a probe: a breaker the probes opened while the
-            // server was starting closes now, not at the next probe.
-            state.backends.reachable(state.llm.base_url());
-        }
-        let backends = state.backends.status();
-        let models = match checked {
-            Ok(m) => m,
-            Err(e) if backends.len() < 2 => return Err(e),
-            Err(e) => {
-                let closed = backends.iter().any(|b| b.breaker.name() == "closed");
-                if !closed {
-                    return Err(e);
-                }
-                Vec::new()
-            }
-        };
-        Ok(LlmCheck {
-            base_url: state.llm.base_url().to_owned(),
-            models,
-            backends,
-        })
-    };
-    let index = match state.loaded() {
-        Some(p) => {
-            let lag = p.corpus.lag();
-            let pass_age_s = lag.since_pass.as_secs_f64();
-            if lag.seconds > MAX_LAG_S {
-                Err(format!(
-                    "{} changes behind the store, the oldest {:.0} s old",
-                    lag.entries, lag.seconds
-                ))
-            } else if p.corpus.status().following && pass_age_s > MAX_LAG_S {
-                Err(format!(
-                    "the follower of the store's changes has not finished a pass for {pass_age_s:.0} s"
-                ))
-            } else {
-                Ok(IndexCheck {
-                    applied: lag.applied,
-                    behind: lag.entries,
-                    lag_s: lag.seconds,
-                    pass_age_s,
-                })
-            }
-        }
-        None => Err("loading".to_owned()),
-    };
-    let (store, llm) = tokio::join!(store, llm);
+    let (store, llm) = tokio::join!(store_check(&state), llm_check(&state));
     let checks = Checks {
-        embed: embed.into(),
-        index: index.into(),
+        embed: embed_check(&state).into(),
+        index: index_check(&state).into(),
         store: store.into(),
         llm: llm.into(),
     };
@@ -198,4 +126,86 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> impl IntoResponse {
         checks,
     };
     (status, Json(body))
+}
+
+/// The models: loaded (and warm) or why not.
+fn embed_check(state: &AppState) -> Result<EmbedCheck, String> {
+    match state.loaded() {
+        Some(p) => Ok(EmbedCheck {
+            model: "all-minilm-l6-v2",
+            dim: p.corpus.embedder.dim(),
+            chunks_indexed: p.corpus.status().chunks,
+            reranker: p.reranker.is_some(),
+        }),
+        None => match state.loading() {
+            ModelState::Loading => Err("loading".to_owned()),
+            ModelState::Failed(e) => Err(e),
+        },
+    }
+}
+
+/// The store answers within a second.
+async fn store_check(state: &AppState) -> Result<StoreCheck, String> {
+    tokio::time::timeout(Duration::from_secs(1), state.store.ping())
+        .await
+        .map_err(|_| "ping timed out".to_owned())
+        .and_then(|r| r.map_err(|e| e.to_string()))
+        .map(|()| StoreCheck {
+            backend: format!("{:?}", state.store.backend()).to_lowercase(),
+        })
+}
+
+/// Ready when the first backend answers, or any backend's breaker is
+/// closed (the others may be down: requests avoid them).
+async fn llm_check(state: &AppState) -> Result<LlmCheck, String> {
+    let checked = state.llm.check(Duration::from_secs(1)).await;
+    if checked.is_ok() {
+        // As good as a probe: a breaker the probes opened while the
+        // server was starting closes now, not at the next probe.
+        state.backends.reachable(state.llm.base_url());
+    }
+    let backends = state.backends.status();
+    let models = match checked {
+        Ok(m) => m,
+        Err(e) if backends.len() < 2 => return Err(e),
+        Err(e) => {
+            let closed = backends.iter().any(|b| b.breaker.name() == "closed");
+            if !closed {
+                return Err(e);
+            }
+            Vec::new()
+        }
+    };
+    Ok(LlmCheck {
+        base_url: state.llm.base_url().to_owned(),
+        models,
+        backends,
+    })
+}
+
+/// The indexes follow the store: not more than [`MAX_LAG_S`] behind, and
+/// a follower that finishes its passes.
+fn index_check(state: &AppState) -> Result<IndexCheck, String> {
+    let Some(p) = state.loaded() else {
+        return Err("loading".to_owned());
+    };
+    let lag = p.corpus.lag();
+    let pass_age_s = lag.since_pass.as_secs_f64();
+    if lag.seconds > MAX_LAG_S {
+        return Err(format!(
+            "{} changes behind the store, the oldest {:.0} s old",
+            lag.entries, lag.seconds
+        ));
+    }
+    if p.corpus.status().following && pass_age_s > MAX_LAG_S {
+        return Err(format!(
+            "the follower of the store's changes has not finished a pass for {pass_age_s:.0} s"
+        ));
+    }
+    Ok(IndexCheck {
+        applied: lag.applied,
+        behind: lag.entries,
+        lag_s: lag.seconds,
+        pass_age_s,
+    })
 }

@@ -200,6 +200,14 @@ pub fn document() -> Value {
             code["enum"] = json!(error_code_names());
         }
     }
+    operations(&mut doc);
+    links(&mut doc);
+    doc
+}
+
+/// Every operation's id, and under `/v1` and `/admin` its security and the
+/// error table's statuses.
+fn operations(doc: &mut Value) {
     let error_ref = json!({"$ref": "#/components/schemas/ErrorBody"});
     if let Some(paths) = doc["paths"].as_object_mut() {
         for (path, item) in paths.iter_mut() {
@@ -229,6 +237,10 @@ pub fn document() -> Value {
             }
         }
     }
+}
+
+/// The follow-up operations of [`LINKS`].
+fn links(doc: &mut Value) {
     let mut at: std::collections::HashMap<String, (String, String)> = Default::default();
     if let Some(paths) = doc["paths"].as_object() {
         for (path, item) in paths {
@@ -250,7 +262,6 @@ pub fn document() -> Value {
         doc["paths"][path][method]["responses"][*status]["links"][*name] =
             json!({"operationId": to, "parameters": params});
     }
-    doc
 }
 
 fn document_text() -> &'static str {

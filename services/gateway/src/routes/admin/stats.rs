@@ -113,15 +113,6 @@ pub async fn stats(
             (s.name(), over as f64 / (*runs).max(1) as f64)
         })
         .collect();
-    let (requests, hedged) = state.backends.hedge_counts();
-    let levels = state.config.load.levels.clone();
-    let llm = LlmOut {
-        backends: state.backends.status(),
-        load_level: levels.shape(state.backends.load()).level,
-        levels,
-        hedged,
-        requests,
-    };
     let a = state.config.answers();
     let answers = AnswersOut {
         mode: a.mode.name(),
@@ -129,23 +120,10 @@ pub async fn stats(
         temperature: a.temperature,
         max_tokens: a.max_tokens,
     };
-    let (usage, loaded, index_bytes) = match state.loaded() {
-        Some(p) => p.corpus.totals().await.map_err(ApiError::internal)?,
-        None => Default::default(),
-    };
-    let loaded_from_snapshots = state.loaded().map_or(0, |p| p.corpus.snapshot_loads());
-    let collections = CollectionsOut {
-        count: usage.collections,
-        loaded,
-        documents: usage.documents,
-        chunks: usage.chunks,
-        index_bytes,
-        loaded_from_snapshots,
-    };
     Ok(Json(StatsOut {
-        llm,
+        llm: llm_out(&state),
         answers,
-        collections,
+        collections: collections_out(&state).await?,
         window_s: m.window.window().as_secs(),
         total_ms: budgets.total_ms,
         stages,
@@ -155,4 +133,34 @@ pub async fn stats(
             overrun_rate,
         },
     }))
+}
+
+/// The LLM backends, the load level and hedging.
+fn llm_out(state: &AppState) -> LlmOut {
+    let (requests, hedged) = state.backends.hedge_counts();
+    let levels = state.config.load.levels.clone();
+    LlmOut {
+        backends: state.backends.status(),
+        load_level: levels.shape(state.backends.load()).level,
+        levels,
+        hedged,
+        requests,
+    }
+}
+
+/// What every collection holds, and what of it is loaded.
+async fn collections_out(state: &AppState) -> Result<CollectionsOut, ApiError> {
+    let (usage, loaded, index_bytes) = match state.loaded() {
+        Some(p) => p.corpus.totals().await.map_err(ApiError::internal)?,
+        None => Default::default(),
+    };
+    let loaded_from_snapshots = state.loaded().map_or(0, |p| p.corpus.snapshot_loads());
+    Ok(CollectionsOut {
+        count: usage.collections,
+        loaded,
+        documents: usage.documents,
+        chunks: usage.chunks,
+        index_bytes,
+        loaded_from_snapshots,
+    })
 }
