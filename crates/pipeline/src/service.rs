@@ -505,29 +505,7 @@ impl Pipeline {
         if let Some(took) = loaded {
             budget.index_loaded(took);
         }
-        let input = ChatInput {
-            scope: Scope {
-                tenant: tenant.name().to_owned(),
-                collection: q.collection,
-                filter: q.filter_key,
-                version: u64::try_from(self.corpus.version()).unwrap_or(0),
-            },
-            query: q.query,
-            history,
-            top_k: q.top_k.unwrap_or(self.settings.top_k),
-            filter: q.filter,
-            max_tokens: q.max_tokens.or(Some(self.settings.answer.max_tokens)),
-            temperature: q.temperature.or(Some(self.settings.answer.temperature)),
-            top_p: q.top_p,
-            frequency_penalty: q
-                .frequency_penalty
-                .or(Some(self.settings.answer.frequency_penalty)),
-            traceparent: q.traceparent,
-            priority: self.budgets.priority(tenant.name()),
-            answer: q.answer.unwrap_or(self.settings.answer.mode),
-            on_ungrounded: self.settings.answer.on_ungrounded,
-            stream: q.stream,
-        };
+        let input = self.chat_input(tenant, q, history);
         let (tx, events) = mpsc::channel(64);
         let me = self.clone();
         let conversation = tenant.conversation(&conversation_id);
@@ -550,17 +528,8 @@ impl Pipeline {
             let _ = tx.send(ChatEvent::Done(Box::new(answer))).await;
             drop(tx);
             if !text.trim().is_empty() {
-                let write =
-                    me.corpus
-                        .store
-                        .append_turn(&conversation, &stored, &input.query, &text);
-                match tokio::time::timeout(TURN_WRITE_TIMEOUT, write).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => {
-                        tracing::error!(error = %e, "could not store the conversation turn")
-                    }
-                    Err(_) => tracing::error!("storing the conversation turn timed out"),
-                }
+                me.store_turn(&conversation, &stored, &input.query, &text)
+                    .await;
             }
             drop(guard);
             me.done_writing(&conversation, lock);
@@ -572,6 +541,47 @@ impl Pipeline {
             events,
             task: AbortOnDrop(Some(handle.abort_handle())),
         })
+    }
+
+    /// What a chat turn runs on: the query, with the settings' defaults
+    /// where it names none.
+    fn chat_input(&self, tenant: &Tenant, q: ChatQuery, history: Vec<Message>) -> ChatInput {
+        let answer = &self.settings.answer;
+        ChatInput {
+            scope: Scope {
+                tenant: tenant.name().to_owned(),
+                collection: q.collection,
+                filter: q.filter_key,
+                version: u64::try_from(self.corpus.version()).unwrap_or(0),
+            },
+            query: q.query,
+            history,
+            top_k: q.top_k.unwrap_or(self.settings.top_k),
+            filter: q.filter,
+            max_tokens: q.max_tokens.or(Some(answer.max_tokens)),
+            temperature: q.temperature.or(Some(answer.temperature)),
+            top_p: q.top_p,
+            frequency_penalty: q.frequency_penalty.or(Some(answer.frequency_penalty)),
+            traceparent: q.traceparent,
+            priority: self.budgets.priority(tenant.name()),
+            answer: q.answer.unwrap_or(answer.mode),
+            on_ungrounded: answer.on_ungrounded,
+            stream: q.stream,
+        }
+    }
+
+    /// Stores a turn of `conversation` (the question and the answer), within
+    /// [`TURN_WRITE_TIMEOUT`]; a failure is logged, the answer stands.
+    async fn store_turn(&self, conversation: &str, collection: &str, query: &str, text: &str) {
+        let write = self
+            .corpus
+            .store
+            .append_turn(conversation, collection, query, text);
+        match tokio::time::timeout(TURN_WRITE_TIMEOUT, write).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "could not store the conversation turn"),
+            Err(_) => tracing::error!("storing the conversation turn timed out"),
+        }
     }
 
     fn writing_lock(&self, conversation: &str) -> Arc<tokio::sync::Mutex<()>> {

@@ -534,13 +534,7 @@ async fn reply(
     out: &mut Output<'_>,
 ) -> Reply {
     deps.backends.count_request();
-    // The prompt is sized for the chosen backend, so route on what it
-    // would hold at most: every passage, the history and the question.
-    let chars = hits.iter().map(|h| h.chunk.text.len()).sum::<usize>()
-        + input.history.iter().map(|m| m.content.len()).sum::<usize>()
-        + input.query.len();
-    let prompt_tokens = approx_tokens(chars);
-    let Some(backend) = deps.backends.pick(prompt_tokens, &[]) else {
+    let Some(backend) = deps.backends.pick(most_prompt_tokens(input, hits), &[]) else {
         budget.skip(
             Stage::LlmTtft,
             "no llm backend is available: every breaker is open",
@@ -549,25 +543,11 @@ async fn reply(
         return extractive(budget, deps, input, qv, &top, out, Why::Failed).await;
     };
     let ttft = budget.allot(Stage::LlmTtft);
-    let generate = budget
-        .remaining()
-        .saturating_sub(ttft)
-        .min(budget.profile().stage(Stage::LlmGenerate));
-    let asked = match (input.max_tokens, shape.max_tokens) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
-    let est = backend.stats.estimates();
-    // Sized for the speed the backend will have while it is shared.
-    let contention = backend.contention();
-    let plan = PromptPlan::new(
-        &est,
-        ttft.div_f64(contention),
-        generate,
-        backend.spec.context_tokens,
-        asked,
-    );
-    let prompt = plan.build(hits, &input.history, &input.query);
+    let Sized {
+        prompt,
+        est,
+        contention,
+    } = prompt_for(budget, input, hits, shape, &backend, ttft);
     out.sources(prompt.passages.iter().map(citation).collect())
         .await;
     let announced = announced(hits, &prompt);
@@ -627,6 +607,60 @@ async fn reply(
             r.queued = Some(queued);
             r
         }
+    }
+}
+
+/// The tokens a prompt holds at most: every passage, the history and the
+/// question. The prompt is sized for the backend chosen, so routing goes
+/// by this.
+fn most_prompt_tokens(input: &ChatInput, hits: &[Passage]) -> usize {
+    let chars = hits.iter().map(|h| h.chunk.text.len()).sum::<usize>()
+        + input.history.iter().map(|m| m.content.len()).sum::<usize>()
+        + input.query.len();
+    approx_tokens(chars)
+}
+
+/// A prompt sized for a backend, with the speed it was sized for.
+struct Sized {
+    prompt: prompt::Prompt,
+    est: crate::stats::Estimates,
+    /// How much slower the backend runs while it is shared.
+    contention: f64,
+}
+
+/// The prompt for `backend`: what it can read within the `ttft`
+/// allotment at the speed it will have while shared, and an answer as long
+/// as the client and the load level allow that fits in the generation
+/// budget left after it.
+fn prompt_for(
+    budget: &RequestBudget,
+    input: &ChatInput,
+    hits: &[Passage],
+    shape: &Shape,
+    backend: &crate::backend::Backend,
+    ttft: Duration,
+) -> Sized {
+    let generate = budget
+        .remaining()
+        .saturating_sub(ttft)
+        .min(budget.profile().stage(Stage::LlmGenerate));
+    let asked = match (input.max_tokens, shape.max_tokens) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    let est = backend.stats.estimates();
+    let contention = backend.contention();
+    let plan = PromptPlan::new(
+        &est,
+        ttft.div_f64(contention),
+        generate,
+        backend.spec.context_tokens,
+        asked,
+    );
+    Sized {
+        prompt: plan.build(hits, &input.history, &input.query),
+        est,
+        contention,
     }
 }
 

@@ -114,20 +114,8 @@ pub async fn check(
             let t = normalised(t);
             !sources.iter().any(|&i| texts[i].contains(&t))
         });
-        // The source sentences sharing most words with the claim.
-        let words: HashSet<String> = content_words(s).into_iter().collect();
-        let mut near: Vec<(usize, &str)> = sources
-            .iter()
-            .flat_map(|&i| source_sentences[i].iter().copied())
-            .map(|t| {
-                let w: HashSet<String> = content_words(t).into_iter().collect();
-                (words.intersection(&w).count(), t)
-            })
-            .collect();
-        near.sort_by_key(|n| std::cmp::Reverse(n.0));
-        near.truncate(PER_SENTENCE);
         let mut compare = Vec::new();
-        for (_, t) in near {
+        for t in nearest(s, &sources, &source_sentences) {
             let at = *index.entry(t.to_owned()).or_insert_with(|| {
                 batch.push(t.to_owned());
                 batch.len() - 1
@@ -170,6 +158,30 @@ pub async fn check(
     for (&i, v) in wanted.iter().zip(&embedded) {
         vectors[i] = v;
     }
+    Some(verdict(&claims, &vectors, first_claim))
+}
+
+/// The source sentences (of passages `sources`) sharing most words with
+/// claim `s`, at most [`PER_SENTENCE`].
+fn nearest<'a>(s: &str, sources: &[usize], source_sentences: &[Vec<&'a str>]) -> Vec<&'a str> {
+    let words: HashSet<String> = content_words(s).into_iter().collect();
+    let mut near: Vec<(usize, &str)> = sources
+        .iter()
+        .flat_map(|&i| source_sentences[i].iter().copied())
+        .map(|t| {
+            let w: HashSet<String> = content_words(t).into_iter().collect();
+            (words.intersection(&w).count(), t)
+        })
+        .collect();
+    near.sort_by_key(|n| std::cmp::Reverse(n.0));
+    near.truncate(PER_SENTENCE);
+    near.into_iter().map(|(_, t)| t).collect()
+}
+
+/// Each claim supported when it names nothing the sources lack and its
+/// vector (at `first_claim` + its index) is close enough to one of the
+/// source sentences it is compared with.
+fn verdict(claims: &[Claim<'_>], vectors: &[&[f32]], first_claim: usize) -> Grounding {
     let cos =
         |a: usize, b: usize| -> f32 { vectors[a].iter().zip(vectors[b]).map(|(x, y)| x * y).sum() };
     let mut g = Grounding::default();
@@ -189,5 +201,5 @@ pub async fn check(
             (None, false) => g.unsupported.push(c.text.to_owned()),
         }
     }
-    Some(g)
+    g
 }
