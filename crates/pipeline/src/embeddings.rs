@@ -3,8 +3,8 @@
 //! threads, cut at the deadline.
 
 use crate::PipelineError;
+use crate::budget::profile::BudgetProfile;
 use crate::budget::{Done, Policy, RequestBudget, StagePlan};
-use crate::profile::BudgetProfile;
 use ragtime_core::{BudgetReport, Embedder, Outcome, Stage};
 
 const PLAN: [StagePlan; 1] = [StagePlan::new(Stage::Embed, Policy::Required)];

@@ -7,40 +7,36 @@
 //! gets. This crate is the only place that decides what happens when time
 //! runs out; the stages themselves only honour the deadline they are handed.
 //!
-//! - [`budget`]: deadlines, allotments, outcomes, spans ([`RequestBudget`]);
+//! - [`budget`]: a request's deadline, allotments, outcomes and spans
+//!   ([`RequestBudget`]); the budget profiles, the budgets changed at
+//!   runtime with their history, experiments between profiles and advice;
 //! - [`search`], [`rerank`], [`chat`], [`embeddings`]: the requests, written
 //!   against the stage traits of `ragtime-core`;
 //! - [`Pipeline`]: every request's owner (collection, budgets, recording);
 //! - [`corpus`]: ingestion into the store and the indexes, the indexes
 //!   loaded, followed, saved on local disk ([`snapshots`]) and dropped;
-//! - [`budgets`], [`experiment`], [`advice`]: budgets at runtime;
-//! - [`backend`]: the LLM backends — admission gates, routing, hedging,
-//!   circuit breakers; [`load`]: how requests shrink as they fill up;
-//! - [`stats`]: what an LLM backend has shown of its speed;
-//! - [`stages`]: the CPU-bound stage crates behind the stage traits.
+//! - [`backend`]: every LLM decision — admission gates, routing, hedging,
+//!   circuit breakers, what each backend has shown of its speed, and how
+//!   requests shrink as the backends fill up;
+//! - [`jobs`]: ingest jobs in the background;
+//! - [`adapters`]: the CPU-bound stage crates behind the stage traits.
 
-pub mod advice;
+pub mod adapters;
 pub mod backend;
 mod blocking;
 pub mod budget;
-pub mod budgets;
 pub mod chat;
 pub mod corpus;
 pub mod embeddings;
-pub mod experiment;
 pub mod jobs;
-pub mod load;
-mod profile;
 pub mod rerank;
 pub mod search;
 mod service;
-pub mod stages;
-pub mod stats;
 
 pub use blocking::run_blocking;
+pub use budget::profile::{BudgetProfile, ProfileError};
 pub use budget::{Done, Policy, RequestBudget, StageCtx, StagePlan, StageRun};
 pub use corpus::snapshots;
-pub use profile::{BudgetProfile, ProfileError};
 pub use ragtime_core::{BudgetReport, Cancel, Outcome, Stage, StageError, StageReport};
 pub use ragtime_retrieve::LexicalUnit;
 pub use service::{

@@ -5,15 +5,15 @@
 
 use crate::PipelineError;
 use crate::backend::Backends;
+use crate::backend::load::Levels;
 use crate::budget::RequestBudget;
-use crate::budgets::Budgets;
+use crate::budget::experiment::{Arm, Experiment};
+use crate::budget::runtime::Budgets;
 use crate::chat::{
     self, AnswerMode, CHAT_PLAN, ChatAnswer, ChatDeps, ChatEvent, ChatInput, OnUngrounded,
 };
 use crate::corpus::{CollectionInfo, Corpus, CorpusError, IngestDoc, Ingested, Quotas};
 use crate::embeddings::{self, Embedded};
-use crate::experiment::{Arm, Experiment};
-use crate::load::Levels;
 use crate::rerank::RerankParams;
 use crate::search::{self, Mode, SearchDeps, SearchOutcome, SearchRequest};
 use ragtime_core::{

@@ -7,12 +7,12 @@ mod common;
 use common::{MS, backend, chat_deps, profile};
 use ragtime_cache::{CacheOptions, SemanticCache};
 use ragtime_core::{CachedAnswer, Filter, Message, Outcome, PartialReason, Scope, Stage};
+use ragtime_pipeline::backend::load::Levels;
+use ragtime_pipeline::backend::stats::Estimates;
 use ragtime_pipeline::backend::{Backend, Backends, HedgePolicy};
 use ragtime_pipeline::chat::{self, CHAT_PLAN, ChatAnswer, ChatDeps, ChatEvent, ChatInput};
-use ragtime_pipeline::load::Levels;
 use ragtime_pipeline::rerank::RerankParams;
 use ragtime_pipeline::search::{self, Mode, SearchDeps, SearchRequest};
-use ragtime_pipeline::stats::Estimates;
 use ragtime_pipeline::{BudgetProfile, PipelineError, RequestBudget, embeddings};
 use ragtime_testkit::{
     End, HashEmbedder, MemoryRetriever, Script, ScriptedGenerator, SlowReranker, chunk,

@@ -6,7 +6,7 @@ use crate::error::{ApiError, ErrorCode};
 use ragtime_llm::{LlmClient, LocalServer};
 use ragtime_pipeline::Pipeline;
 use ragtime_pipeline::backend::Backends;
-use ragtime_pipeline::budgets::Budgets;
+use ragtime_pipeline::budget::runtime::Budgets;
 use ragtime_store::Store;
 use ragtime_telemetry::metrics::Metrics;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};

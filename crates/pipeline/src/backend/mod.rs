@@ -15,8 +15,10 @@
 
 pub mod breaker;
 pub mod gate;
+pub mod load;
+pub mod stats;
 
-use crate::stats::BackendStats;
+use crate::backend::stats::BackendStats;
 use breaker::{Breaker, BreakerState};
 use gate::{Gate, GateState};
 use ragtime_core::Generator;

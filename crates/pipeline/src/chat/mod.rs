@@ -30,11 +30,11 @@ pub use verify::{SUPPORT_COSINE, SourceVectors, check as check_grounding, embed_
 
 use crate::backend::Backends;
 use crate::backend::gate::{Ask, Refusal};
+use crate::backend::load::{Levels, Shape};
+use crate::backend::stats::Observation;
 use crate::budget::{Done, Policy, RequestBudget, StagePlan};
-use crate::load::{Levels, Shape};
 use crate::rerank::{RerankParams, rerank};
 use crate::search::{Mode, SearchRequest, embed_query, retrieve};
-use crate::stats::Observation;
 use ragtime_core::{
     BudgetReport, CachedAnswer, Cancel, Citation, Embedder, Filter, GenRequest, Grounding, Message,
     Outcome, PartialReason, Passage, Reranker, ResponseCache, Retriever, Scope, Stage, Usage,
@@ -623,7 +623,7 @@ fn most_prompt_tokens(input: &ChatInput, hits: &[Passage]) -> usize {
 /// A prompt sized for a backend, with the speed it was sized for.
 struct Sized {
     prompt: prompt::Prompt,
-    est: crate::stats::Estimates,
+    est: crate::backend::stats::Estimates,
     /// How much slower the backend runs while it is shared.
     contention: f64,
 }
@@ -867,7 +867,7 @@ fn finish(
 /// Tokens in `chars` of text at the prior's characters per token, for
 /// routing before a backend (and its learned ratio) is chosen.
 pub(crate) fn approx_tokens(chars: usize) -> usize {
-    (chars as f64 / crate::stats::Estimates::PRIOR.chars_per_token).ceil() as usize
+    (chars as f64 / crate::backend::stats::Estimates::PRIOR.chars_per_token).ceil() as usize
 }
 
 #[cfg(test)]

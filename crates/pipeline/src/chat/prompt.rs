@@ -2,7 +2,7 @@
 //! shown of its speed, the time the request can give the LLM stages, the
 //! context window and the passages.
 
-use crate::stats::Estimates;
+use crate::backend::stats::Estimates;
 use ragtime_core::{Message, Passage};
 use std::sync::Arc;
 use std::time::Duration;

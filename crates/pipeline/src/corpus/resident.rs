@@ -9,7 +9,7 @@ use super::engine::{Change, EngineStatus, IndexEngine};
 use super::follower::Follower;
 use super::snapshots::{SnapshotConfig, Snapshots};
 use super::{CorpusError, Shared, lock, snapshots};
-use crate::stages::IndexRetriever;
+use crate::adapters::IndexRetriever;
 use async_trait::async_trait;
 use ragtime_core::{Chunk, Retriever};
 use ragtime_retrieve::CollectionIndex;

@@ -6,9 +6,9 @@
 use ragtime_core::{Generator, ResponseCache};
 use ragtime_pipeline::BudgetProfile;
 use ragtime_pipeline::backend::breaker::Breaker;
+use ragtime_pipeline::backend::load::Levels;
 use ragtime_pipeline::backend::{Backend, BackendSpec, Backends};
 use ragtime_pipeline::chat::ChatDeps;
-use ragtime_pipeline::load::Levels;
 use ragtime_testkit::{HashEmbedder, MemoryRetriever};
 use std::sync::Arc;
 use std::time::Duration;

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LoadConfig {
-    pub levels: ragtime_pipeline::load::Levels,
+    pub levels: ragtime_pipeline::backend::load::Levels,
 }
 
 impl LoadConfig {

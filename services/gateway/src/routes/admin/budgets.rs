@@ -9,8 +9,8 @@ use axum::Json;
 use axum::extract::State;
 use ragtime_core::Stage;
 use ragtime_pipeline::BudgetProfile;
-use ragtime_pipeline::advice::{Advice, advise};
-use ragtime_pipeline::budgets::{BudgetError, BudgetPatch, BudgetPut, BudgetsDoc};
+use ragtime_pipeline::budget::advice::{Advice, advise};
+use ragtime_pipeline::budget::runtime::{BudgetError, BudgetPatch, BudgetPut, BudgetsDoc};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 

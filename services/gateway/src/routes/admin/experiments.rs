@@ -7,8 +7,8 @@ use crate::state::AppState;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use ragtime_pipeline::budgets::BudgetPatch;
-use ragtime_pipeline::experiment::{Experiment, ExperimentReport};
+use ragtime_pipeline::budget::experiment::{Experiment, ExperimentReport};
+use ragtime_pipeline::budget::runtime::BudgetPatch;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 

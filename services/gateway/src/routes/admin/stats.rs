@@ -53,7 +53,7 @@ struct LlmOut {
     backends: Vec<ragtime_pipeline::backend::BackendStatus>,
     /// The level a request arriving now would run at, and the levels.
     load_level: usize,
-    levels: ragtime_pipeline::load::Levels,
+    levels: ragtime_pipeline::backend::load::Levels,
     hedged: u64,
     requests: u64,
 }

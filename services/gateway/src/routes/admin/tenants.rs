@@ -9,7 +9,7 @@ use crate::routes::admin::keys::check_tenant;
 use crate::state::AppState;
 use axum::Json;
 use axum::extract::State;
-use ragtime_pipeline::budgets::{BudgetPatch, BudgetsDoc};
+use ragtime_pipeline::budget::runtime::{BudgetPatch, BudgetsDoc};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 

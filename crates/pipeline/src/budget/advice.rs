@@ -4,8 +4,8 @@
 //! (Little's law: in flight = arrival rate × time in the LLM). Pure: the
 //! caller hands in the samples.
 
-use crate::budgets::StageMs;
-use crate::profile::BudgetProfile;
+use crate::budget::profile::BudgetProfile;
+use crate::budget::runtime::StageMs;
 use ragtime_core::Stage;
 use ragtime_telemetry::window::{Samples, percentile};
 use serde::Serialize;

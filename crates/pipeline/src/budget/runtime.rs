@@ -4,8 +4,8 @@
 //! that sends a share of requests to a candidate profile. Also the typed
 //! documents the admin API shows and takes.
 
-use crate::experiment::{Arm, Experiment};
-use crate::profile::BudgetProfile;
+use crate::budget::experiment::{Arm, Experiment};
+use crate::budget::profile::BudgetProfile;
 use ragtime_core::Stage;
 use ragtime_store::Store;
 use serde::{Deserialize, Serialize};

@@ -1,6 +1,15 @@
-//! Request deadlines, stage allotments, outcomes and the budget report.
+//! Request deadlines, stage allotments, outcomes and the budget report;
+//! the profiles they come from ([`profile`]), the budgets changed at
+//! runtime and their history ([`runtime`]), experiments between two
+//! profiles ([`experiment`]) and budgets advised from what stages took
+//! ([`advice`]).
 
-use crate::profile::BudgetProfile;
+pub mod advice;
+pub mod experiment;
+pub mod profile;
+pub mod runtime;
+
+use crate::budget::profile::BudgetProfile;
 use ragtime_core::{BudgetReport, Cancel, Outcome, Stage, StageError, StageReport};
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};

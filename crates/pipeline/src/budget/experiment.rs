@@ -4,8 +4,8 @@
 //! partial-answer rate, so an admin can compare before rolling a change out.
 //! One experiment at a time, held in memory by the replica that runs it.
 
-use crate::budgets::BudgetsDoc;
-use crate::profile::BudgetProfile;
+use crate::budget::profile::BudgetProfile;
+use crate::budget::runtime::BudgetsDoc;
 use ragtime_core::{BudgetReport, Outcome, Stage};
 use ragtime_telemetry::window::{LatencyWindow, StageStats};
 use serde::Serialize;
