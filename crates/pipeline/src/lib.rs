@@ -26,9 +26,11 @@ pub mod backend;
 mod blocking;
 pub mod budget;
 pub mod chat;
+mod conversations;
 pub mod corpus;
 pub mod embeddings;
 pub mod jobs;
+mod recording;
 pub mod rerank;
 pub mod search;
 mod service;
@@ -40,8 +42,8 @@ pub use corpus::snapshots;
 pub use ragtime_core::{BudgetReport, Cancel, Outcome, Stage, StageError, StageReport};
 pub use ragtime_retrieve::LexicalUnit;
 pub use service::{
-    AbortOnDrop, AnswerSettings, ChatQuery, ChatStarted, IngestSlot, Pipeline, SearchQuery,
-    Settings,
+    AbortOnDrop, AnswerSettings, ChatQuery, ChatStarted, IngestSlot, Pipeline, PipelineStatus,
+    SearchQuery, Settings,
 };
 
 /// Why the pipeline refused or could not run a request.

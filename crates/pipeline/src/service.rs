@@ -7,7 +7,6 @@ use crate::PipelineError;
 use crate::backend::Backends;
 use crate::backend::load::Levels;
 use crate::budget::RequestBudget;
-use crate::budget::experiment::{Arm, Experiment};
 use crate::budget::runtime::Budgets;
 use crate::chat::{
     self, AnswerMode, CHAT_PLAN, ChatAnswer, ChatDeps, ChatEvent, ChatInput, OnUngrounded,
@@ -17,13 +16,12 @@ use crate::embeddings::{self, Embedded};
 use crate::rerank::RerankParams;
 use crate::search::{self, Mode, SearchDeps, SearchOutcome, SearchRequest};
 use ragtime_core::{
-    BudgetReport, Filter, Message, Outcome, PartialReason, Reranker, ResponseCache, Retriever,
-    Scope, Stage, StageError, Tenant,
+    Filter, Message, PartialReason, Reranker, ResponseCache, Retriever, Scope, StageError, Tenant,
 };
 use ragtime_store::{Created, Dropped, StoreError};
 use ragtime_telemetry::metrics::Metrics;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -99,23 +97,36 @@ impl Default for AnswerSettings {
 /// How long a finished turn's conversation write may take. It runs after
 /// the answer is sent, off the response path; the conversation's next turn
 /// waits for it (at most this long) so its history is complete.
-const TURN_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const TURN_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The stages and shared state every request runs with.
+/// What a pipeline serves with (readiness and statistics).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PipelineStatus {
+    /// The embedding model's dimension.
+    pub dim: usize,
+    /// Whether a cross-encoder reranks.
+    pub reranker: bool,
+    /// The retrieval engine's state.
+    pub engine: crate::corpus::EngineStatus,
+}
+
+/// The front door: every request goes through its methods; its parts are
+/// the crate's own (the job runner and the recording beside it use them).
 pub struct Pipeline {
-    pub corpus: Corpus,
-    pub reranker: Option<Arc<dyn Reranker>>,
+    pub(crate) corpus: Corpus,
+    reranker: Option<Arc<dyn Reranker>>,
     /// The LLM backends, their admission gates and breakers.
-    pub backends: Arc<Backends>,
+    backends: Arc<Backends>,
     /// How requests shrink as the backends fill up.
-    pub levels: Levels,
-    pub cache: Option<Arc<dyn ResponseCache>>,
-    pub budgets: Arc<Budgets>,
-    pub metrics: Arc<Metrics>,
-    pub settings: Settings,
+    levels: Levels,
+    cache: Option<Arc<dyn ResponseCache>>,
+    pub(crate) budgets: Arc<Budgets>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) settings: Settings,
     /// Conversations with a turn being stored: the next turn's history
     /// waits for it.
-    writing: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    pub(crate) writing: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// A permit per running ingest or job ([`Settings::max_concurrent_ingests`]).
     pub(crate) ingests: Arc<tokio::sync::Semaphore>,
     /// A permit per upload being read and checked, or ingested at once
@@ -194,8 +205,6 @@ pub struct ChatStarted {
     /// Aborts the turn when dropped, until disarmed.
     pub task: AbortOnDrop,
 }
-
-type ArmOf = Option<(Arc<Experiment>, Arm)>;
 
 impl Pipeline {
     #[allow(clippy::too_many_arguments)]
@@ -398,6 +407,57 @@ impl Pipeline {
         Ok((done, version))
     }
 
+    /// What the pipeline serves with, for readiness and statistics.
+    pub fn status(&self) -> PipelineStatus {
+        PipelineStatus {
+            dim: self.corpus.embedder.dim(),
+            reranker: self.reranker.is_some(),
+            engine: self.corpus.status(),
+        }
+    }
+
+    /// What every collection holds together, how many are loaded and the
+    /// memory their indexes take.
+    pub async fn collection_totals(
+        &self,
+    ) -> Result<(ragtime_store::Usage, usize, usize), PipelineError> {
+        self.corpus
+            .totals()
+            .await
+            .map_err(|e| PipelineError::Internal(e.to_string()))
+    }
+
+    /// The corpus, for what maintains it beside the requests (following
+    /// other writers, saving and dropping indexes) and for benchmarks.
+    pub fn corpus(&self) -> &Corpus {
+        &self.corpus
+    }
+
+    /// The metrics the pipeline records into.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// A stored document of `tenant`'s `collection`, with its chunks;
+    /// `None` if there is no such document.
+    pub async fn document(
+        &self,
+        tenant: &Tenant,
+        collection: &str,
+        id: &str,
+    ) -> Result<Option<ragtime_store::DocumentRecord>, PipelineError> {
+        let store = &self.corpus.store;
+        let internal = |e: StoreError| PipelineError::Internal(e.to_string());
+        let coll = store
+            .collection_id(&tenant.collection(collection))
+            .await
+            .map_err(internal)?;
+        let Some(coll) = coll else {
+            return Err(PipelineError::UnknownCollection(collection.to_owned()));
+        };
+        store.get_document(coll, id).await.map_err(internal)
+    }
+
     /// Deletes a document; `false` if there was none.
     pub async fn delete(
         &self,
@@ -570,33 +630,6 @@ impl Pipeline {
         }
     }
 
-    /// Stores a turn of `conversation` (the question and the answer), within
-    /// [`TURN_WRITE_TIMEOUT`]; a failure is logged, the answer stands.
-    async fn store_turn(&self, conversation: &str, collection: &str, query: &str, text: &str) {
-        let write = self
-            .corpus
-            .store
-            .append_turn(conversation, collection, query, text);
-        match tokio::time::timeout(TURN_WRITE_TIMEOUT, write).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::error!(error = %e, "could not store the conversation turn"),
-            Err(_) => tracing::error!("storing the conversation turn timed out"),
-        }
-    }
-
-    fn writing_lock(&self, conversation: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut m = self.writing.lock().unwrap_or_else(PoisonError::into_inner);
-        m.entry(conversation.to_owned()).or_default().clone()
-    }
-
-    fn done_writing(&self, conversation: &str, lock: Arc<tokio::sync::Mutex<()>>) {
-        let mut m = self.writing.lock().unwrap_or_else(PoisonError::into_inner);
-        // Ours and the map's: nobody else waits on it.
-        if Arc::strong_count(&lock) <= 2 {
-            m.remove(conversation);
-        }
-    }
-
     async fn run_chat(
         &self,
         budget: &RequestBudget,
@@ -613,116 +646,6 @@ impl Pipeline {
             cache: self.cache.as_deref(),
         };
         chat::run(budget, &deps, input, tx).await
-    }
-
-    /// The conversation's id and the turns its prompt gets: the stored ones
-    /// for a known conversation, else the client's own earlier messages.
-    async fn history(
-        &self,
-        tenant: &Tenant,
-        stored_collection: &str,
-        id: Option<String>,
-        earlier: Vec<Message>,
-    ) -> Result<(String, Vec<Message>), PipelineError> {
-        let keep = self.settings.history_messages;
-        let tail = |mut v: Vec<Message>| {
-            v.drain(..v.len().saturating_sub(keep));
-            v
-        };
-        let Some(id) = id else {
-            return Ok((uuid::Uuid::new_v4().to_string(), tail(earlier)));
-        };
-        let store = &self.corpus.store;
-        let conv = tenant.conversation(&id);
-        // A turn of this conversation still being stored comes first.
-        let pending = self
-            .writing
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&conv)
-            .cloned();
-        if let Some(lock) = pending {
-            let _ = tokio::time::timeout(TURN_WRITE_TIMEOUT, lock.lock()).await;
-        }
-        let internal = |e: ragtime_store::StoreError| PipelineError::Internal(e.to_string());
-        match store
-            .conversation_collection(&conv)
-            .await
-            .map_err(internal)?
-        {
-            Some(c) if c != stored_collection => Err(PipelineError::invalid(
-                "conversation_id",
-                "this conversation belongs to another collection",
-            )),
-            Some(_) => {
-                let turns = store.recent_turns(&conv, keep).await.map_err(internal)?;
-                let h = turns
-                    .into_iter()
-                    .map(|t| Message::new(&t.role, t.content))
-                    .collect();
-                Ok((id, h))
-            }
-            None => Ok((id, tail(earlier))),
-        }
-    }
-
-    /// A request's story into the metrics, onto its root span and into its
-    /// experiment arm.
-    /// Returns the request's trace id when its trace will be exported (the
-    /// exemplar of its metrics).
-    fn record(
-        &self,
-        report: &BudgetReport,
-        partial_reason: Option<PartialReason>,
-        arm: ArmOf,
-    ) -> Option<String> {
-        let span = tracing::Span::current();
-        let degraded = partial_reason.is_some() || report.first_overran().is_some();
-        let trace = ragtime_telemetry::exported_trace_id(&span, degraded);
-        self.metrics.record_report(report, trace.as_deref());
-        if let Some((e, a)) = arm {
-            e.record(a, report, partial_reason.is_some());
-        }
-        span.record("ragtime.partial", partial_reason.is_some());
-        if let Some(r) = partial_reason {
-            span.record("ragtime.partial_reason", r.name());
-        }
-        trace
-    }
-
-    fn record_chat(&self, a: &ChatAnswer, arm: ArmOf) {
-        let trace = self.record(&a.report, a.partial_reason, arm);
-        let m = &self.metrics;
-        if let Some(r) = a.partial_reason {
-            m.partial_answer(r.name());
-        }
-        let ok = |s: Stage| a.report.stage(s).filter(|s| s.outcome == Outcome::Ok);
-        if ok(Stage::Cache).is_some() {
-            m.cache_lookup(a.cached);
-        }
-        if let Some(t) = ok(Stage::LlmTtft) {
-            m.ttft(Duration::from_millis(t.elapsed_ms), trace.as_deref());
-        }
-        if let Some(d) = a.first_chunk {
-            m.first_chunk(d);
-        }
-        if let Some(q) = a.queued {
-            m.queue_wait(q);
-        }
-        if a.partial_reason == Some(PartialReason::Overload) {
-            m.shed(a.backend.as_deref().unwrap_or("any"), "shed");
-        }
-        if a.hedged {
-            m.hedge();
-        }
-        m.load_level(a.load_level);
-        if let Some(g) = ok(Stage::LlmGenerate)
-            && a.usage.completion_tokens > 1
-        {
-            m.time_per_output_token(
-                Duration::from_millis(g.elapsed_ms) / (a.usage.completion_tokens - 1),
-            );
-        }
     }
 }
 

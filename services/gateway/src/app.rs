@@ -270,7 +270,7 @@ impl Application {
             server.shutdown().await;
         }
         if let Some(p) = self.state.loaded()
-            && let Err(e) = p.corpus.leave().await
+            && let Err(e) = p.corpus().leave().await
         {
             tracing::warn!(error = %e, "could not take this replica off the change log's list");
         }
@@ -324,7 +324,7 @@ const FOLLOW_EVERY: Duration = Duration::from_millis(500);
 async fn follow_store(pipeline: Arc<ragtime_pipeline::Pipeline>) {
     let mut every = tokio::time::interval(FOLLOW_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut listener = match pipeline.corpus.store.change_listener().await {
+    let mut listener = match pipeline.corpus().store.change_listener().await {
         Ok(l) => l,
         Err(e) => {
             tracing::warn!(error = %e, "LISTEN on the store failed; following by polling only");
@@ -348,10 +348,10 @@ async fn follow_store(pipeline: Arc<ragtime_pipeline::Pipeline>) {
                 every.tick().await;
             }
         }
-        match pipeline.corpus.follow().await {
+        match pipeline.corpus().follow().await {
             Ok(_) => {
-                let lag = pipeline.corpus.lag();
-                pipeline.metrics.set_index_lag(lag.entries, lag.seconds);
+                let lag = pipeline.corpus().lag();
+                pipeline.metrics().set_index_lag(lag.entries, lag.seconds);
             }
             Err(e) => {
                 tracing::warn!(error = %e, "following the store's changes failed; trying again");
@@ -368,7 +368,7 @@ async fn save_snapshots(pipeline: Arc<ragtime_pipeline::Pipeline>) {
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         every.tick().await;
-        if let Err(e) = pipeline.corpus.save_snapshots().await {
+        if let Err(e) = pipeline.corpus().save_snapshots().await {
             tracing::warn!(error = %e, "saving indexes failed; trying again later");
         }
     }
@@ -387,7 +387,7 @@ async fn trim_log(pipeline: Arc<ragtime_pipeline::Pipeline>) {
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         every.tick().await;
-        match pipeline.corpus.keep_log_trimmed(REPLICA_STALE).await {
+        match pipeline.corpus().keep_log_trimmed(REPLICA_STALE).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(entries = n, "change log trimmed"),
             Err(e) => {
@@ -407,7 +407,7 @@ async fn unload_idle(pipeline: Arc<ragtime_pipeline::Pipeline>, idle_s: u64) {
     let every = (idle / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
     loop {
         tokio::time::sleep(every).await;
-        let n = pipeline.corpus.unload_idle(idle).await;
+        let n = pipeline.corpus().unload_idle(idle).await;
         if n > 0 {
             tracing::info!(collections = n, idle_s, "idle collections' indexes dropped");
         }

@@ -318,16 +318,10 @@ pub async fn get(
     ApiQuery(q): ApiQuery<CollectionQuery>,
 ) -> Result<Json<DocumentOut>, ApiError> {
     check_collection(&q.collection, "collection")?;
-    let store = &state.store;
-    let coll = store.collection_id(&tenant.collection(&q.collection)).await;
-    let Some(coll) = coll.map_err(ApiError::internal)? else {
-        let msg = format!("unknown collection {:?}", q.collection);
-        return Err(ApiError::new(ErrorCode::NotFound, msg).field("collection"));
-    };
-    let doc = store
-        .get_document(coll, &id)
-        .await
-        .map_err(ApiError::internal)?;
+    let doc = state
+        .pipeline()?
+        .document(&tenant, &q.collection, &id)
+        .await?;
     let doc = doc.ok_or_else(|| not_found(&id, &q.collection))?;
     let chunks = doc.chunks.into_iter().map(|c| ChunkOut {
         chunk_id: c.id,

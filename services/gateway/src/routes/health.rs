@@ -133,9 +133,9 @@ fn embed_check(state: &AppState) -> Result<EmbedCheck, String> {
     match state.loaded() {
         Some(p) => Ok(EmbedCheck {
             model: "all-minilm-l6-v2",
-            dim: p.corpus.embedder.dim(),
-            chunks_indexed: p.corpus.status().chunks,
-            reranker: p.reranker.is_some(),
+            dim: p.status().dim,
+            chunks_indexed: p.status().engine.chunks,
+            reranker: p.status().reranker,
         }),
         None => match state.loading() {
             ModelState::Loading => Err("loading".to_owned()),
@@ -189,7 +189,8 @@ fn index_check(state: &AppState) -> Result<IndexCheck, String> {
     let Some(p) = state.loaded() else {
         return Err("loading".to_owned());
     };
-    let lag = p.corpus.lag();
+    let engine = p.status().engine;
+    let lag = engine.lag;
     let pass_age_s = lag.since_pass.as_secs_f64();
     if lag.seconds > MAX_LAG_S {
         return Err(format!(
@@ -197,7 +198,7 @@ fn index_check(state: &AppState) -> Result<IndexCheck, String> {
             lag.entries, lag.seconds
         ));
     }
-    if p.corpus.status().following && pass_age_s > MAX_LAG_S {
+    if engine.following && pass_age_s > MAX_LAG_S {
         return Err(format!(
             "the follower of the store's changes has not finished a pass for {pass_age_s:.0} s"
         ));

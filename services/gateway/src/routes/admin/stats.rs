@@ -151,10 +151,12 @@ fn llm_out(state: &AppState) -> LlmOut {
 /// What every collection holds, and what of it is loaded.
 async fn collections_out(state: &AppState) -> Result<CollectionsOut, ApiError> {
     let (usage, loaded, index_bytes) = match state.loaded() {
-        Some(p) => p.corpus.totals().await.map_err(ApiError::internal)?,
+        Some(p) => p.collection_totals().await.map_err(ApiError::from)?,
         None => Default::default(),
     };
-    let loaded_from_snapshots = state.loaded().map_or(0, |p| p.corpus.snapshot_loads());
+    let loaded_from_snapshots = state
+        .loaded()
+        .map_or(0, |p| p.status().engine.snapshot_loads);
     Ok(CollectionsOut {
         count: usage.collections,
         loaded,
