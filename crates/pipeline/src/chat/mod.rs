@@ -254,13 +254,19 @@ pub async fn run(
     };
     let hits = passages(budget, deps, input, vector.clone(), &shape).await;
     let qv = vector.as_deref().map(Vec::as_slice);
+    let turn = Turn {
+        budget,
+        deps,
+        input,
+        qv,
+    };
     let (r, ahead) = match input.answer {
         AnswerMode::Extractive => {
             for s in [Stage::LlmTtft, Stage::LlmGenerate, Stage::Verify] {
                 budget.skip(s, "the answer mode is extractive");
             }
             let top = ranked_top(&hits);
-            let r = extractive(budget, deps, input, qv, &top, &mut out, Why::Chosen).await;
+            let r = extractive(&turn, &top, &mut out, Why::Chosen).await;
             (r, verify::SourceVectors::new())
         }
         _ => {
@@ -269,8 +275,7 @@ pub async fn run(
             let stop = Cancel::new();
             let mut ahead =
                 std::pin::pin!(verify::embed_sources(&hits, deps.embedder, stop.clone()));
-            let mut replied =
-                std::pin::pin!(reply(budget, deps, input, qv, &hits, &shape, &mut out));
+            let mut replied = std::pin::pin!(reply(&turn, &hits, &shape, &mut out));
             let mut sources = None;
             let r = loop {
                 tokio::select! {
@@ -282,7 +287,7 @@ pub async fn run(
             (r, sources.unwrap_or_default())
         }
     };
-    let r = verify(budget, deps, input, qv, r, &ahead, &mut out).await;
+    let r = verify(&turn, r, &ahead, &mut out).await;
     let answer = finish(budget, r, &out, &shape, input.answer);
     // Only full generated answers are worth reusing.
     if let (Some(cache), Some(v)) = (deps.cache, &vector)
@@ -440,16 +445,25 @@ fn ranked_top(hits: &[Passage]) -> Vec<(usize, &Passage)> {
         .collect()
 }
 
+/// What every step of a chat turn after retrieval works with: its
+/// budget, its stages, the request and the query's vector.
+#[derive(Clone, Copy)]
+struct Turn<'a> {
+    budget: &'a RequestBudget,
+    deps: &'a ChatDeps<'a>,
+    input: &'a ChatInput,
+    qv: Option<&'a [f32]>,
+}
+
 /// The extractive quote, with the embedding model's help for as long as
 /// the request can spare (at most [`EXTRACTIVE_EMBED`]).
-async fn quote(
-    budget: &RequestBudget,
-    deps: &ChatDeps<'_>,
-    input: &ChatInput,
-    qv: Option<&[f32]>,
-    ranked: &[(usize, &Passage)],
-    why: Why,
-) -> String {
+async fn quote(t: &Turn<'_>, ranked: &[(usize, &Passage)], why: Why) -> String {
+    let Turn {
+        budget,
+        deps,
+        input,
+        qv,
+    } = *t;
     let time = budget.remaining().min(EXTRACTIVE_EMBED);
     // Shed requests get the cheapest quote: no cross-encoder.
     let cross = deps.reranker.map(|(r, _)| r).filter(|_| why != Why::Busy);
@@ -459,20 +473,18 @@ async fn quote(
 /// The extractive answer: no prefill needed, so it draws on the best
 /// passages whether or not they fitted a prompt.
 async fn extractive(
-    budget: &RequestBudget,
-    deps: &ChatDeps<'_>,
-    input: &ChatInput,
-    qv: Option<&[f32]>,
+    t: &Turn<'_>,
     ranked: &[(usize, &Passage)],
     out: &mut Output<'_>,
     why: Why,
 ) -> Reply {
+    let budget = t.budget;
     if why != Why::Chosen {
         budget.skip(Stage::LlmGenerate, "no first token");
     }
     let passages: Vec<Passage> = ranked.iter().map(|(_, p)| (*p).clone()).collect();
     out.sources(passages.iter().map(citation).collect()).await;
-    let text = quote(budget, deps, input, qv, ranked, why).await;
+    let text = quote(t, ranked, why).await;
     out.send(text.clone()).await;
     extractive_reply(text, passages, why)
 }
@@ -481,17 +493,15 @@ async fn extractive(
 /// went first — the quote with a note of what happened to the rest.
 #[allow(clippy::too_many_arguments)]
 async fn without_model(
-    budget: &RequestBudget,
-    deps: &ChatDeps<'_>,
-    input: &ChatInput,
-    qv: Option<&[f32]>,
+    t: &Turn<'_>,
     ranked: &[(usize, &Passage)],
     sent: Option<(String, Vec<Passage>)>,
     out: &mut Output<'_>,
     why: Why,
 ) -> Reply {
+    let budget = t.budget;
     let Some((quoted, passages)) = sent else {
-        return extractive(budget, deps, input, qv, ranked, out, why).await;
+        return extractive(t, ranked, out, why).await;
     };
     budget.skip(Stage::LlmGenerate, "no first token");
     let note = why.note().map(|n| format!("({n})")).unwrap_or_default();
@@ -524,15 +534,13 @@ fn extractive_reply(text: String, passages: Vec<Passage>, why: Why) -> Reply {
 /// for it, the sources sent, admission (shed at once when waiting cannot
 /// pay off), then the model's answer streamed; without a first token in
 /// time, the extractive answer.
-async fn reply(
-    budget: &RequestBudget,
-    deps: &ChatDeps<'_>,
-    input: &ChatInput,
-    qv: Option<&[f32]>,
-    hits: &[Passage],
-    shape: &Shape,
-    out: &mut Output<'_>,
-) -> Reply {
+async fn reply(t: &Turn<'_>, hits: &[Passage], shape: &Shape, out: &mut Output<'_>) -> Reply {
+    let Turn {
+        budget,
+        deps,
+        input,
+        ..
+    } = *t;
     deps.backends.count_request();
     let Some(backend) = deps.backends.pick(most_prompt_tokens(input, hits), &[]) else {
         budget.skip(
@@ -540,7 +548,7 @@ async fn reply(
             "no llm backend is available: every breaker is open",
         );
         let top = ranked_top(hits);
-        return extractive(budget, deps, input, qv, &top, out, Why::Failed).await;
+        return extractive(t, &top, out, Why::Failed).await;
     };
     let ttft = budget.allot(Stage::LlmTtft);
     let Sized {
@@ -557,9 +565,7 @@ async fn reply(
     };
     // The quote first, when asked for: it needs no model.
     let sent = match input.answer {
-        AnswerMode::QuoteThenGenerate => {
-            Some(quote_first(budget, deps, input, qv, &ranked, out).await)
-        }
+        AnswerMode::QuoteThenGenerate => Some(quote_first(t, &ranked, out).await),
         _ => None,
     };
     let prompt_tokens = (prompt.chars as f64 / est.chars_per_token) as usize;
@@ -573,7 +579,7 @@ async fn reply(
             Stage::LlmTtft,
             format!("overload at {}: {r}", backend.name()),
         );
-        return without_model(budget, deps, input, qv, &ranked, sent, out, Why::Busy).await;
+        return without_model(t, &ranked, sent, out, Why::Busy).await;
     }
     let request = GenRequest {
         model: backend.spec.model.clone(),
@@ -603,7 +609,7 @@ async fn reply(
             let why = missed_why(&missed);
             let queued = missed.attempts.queued;
             tell_backends(missed);
-            let mut r = without_model(budget, deps, input, qv, &ranked, sent, out, why).await;
+            let mut r = without_model(t, &ranked, sent, out, why).await;
             r.queued = Some(queued);
             r
         }
@@ -685,14 +691,11 @@ fn announced(hits: &[Passage], prompt: &prompt::Prompt) -> Option<Vec<(usize, Pa
 /// The quote sent ahead of the model's answer (`quote_then_generate`): the
 /// text sent and the passages it cites.
 async fn quote_first(
-    budget: &RequestBudget,
-    deps: &ChatDeps<'_>,
-    input: &ChatInput,
-    qv: Option<&[f32]>,
+    t: &Turn<'_>,
     ranked: &[(usize, &Passage)],
     out: &mut Output<'_>,
 ) -> (String, Vec<Passage>) {
-    let q = quote(budget, deps, input, qv, ranked, Why::Chosen).await;
+    let q = quote(t, ranked, Why::Chosen).await;
     let q = format!("{q}\n\n");
     out.send(q.clone()).await;
     (q, ranked.iter().map(|(_, p)| (*p).clone()).collect())
@@ -773,14 +776,17 @@ async fn streamed(
 /// `verify`: the grounding check of the model's answer, within its own
 /// budget; then what `on_ungrounded` says to do with an unsupported one.
 async fn verify(
-    budget: &RequestBudget,
-    deps: &ChatDeps<'_>,
-    input: &ChatInput,
-    qv: Option<&[f32]>,
+    t: &Turn<'_>,
     mut r: Reply,
     ahead: &verify::SourceVectors,
     out: &mut Output<'_>,
 ) -> Reply {
+    let Turn {
+        budget,
+        deps,
+        input,
+        ..
+    } = *t;
     let Some(generated) = r.generated.clone().filter(|g| !g.trim().is_empty()) else {
         if input.answer != AnswerMode::Extractive {
             budget.skip(Stage::Verify, "no generated answer");
@@ -807,7 +813,7 @@ async fn verify(
         .enumerate()
         .map(|(i, p)| (i + 1, p))
         .collect();
-    let quoted = quote(budget, deps, input, qv, &ranked, Why::Ungrounded).await;
+    let quoted = quote(t, &ranked, Why::Ungrounded).await;
     if input.stream {
         let tail = format!("\n\n{quoted}");
         out.send(tail.clone()).await;
