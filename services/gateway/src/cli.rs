@@ -105,6 +105,40 @@ fn bar(len: u64, unit: &str) -> ProgressBar {
 /// 32 MiB; multipart framing adds a little).
 const REQUEST_BYTES: u64 = 24 * 1024 * 1024;
 
+/// The server's base URL from `--server`: `http://` when it names no
+/// scheme (`127.0.0.1:8080`), no trailing `/`.
+fn server_url(server: &str) -> anyhow::Result<String> {
+    let s = server.trim();
+    let s = if s.contains("://") {
+        s.to_owned()
+    } else {
+        format!("http://{s}")
+    };
+    match reqwest::Url::parse(&s) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {
+            Ok(s.trim_end_matches('/').to_owned())
+        }
+        _ => {
+            anyhow::bail!("--server {server:?} is not an http(s) URL (e.g. http://127.0.0.1:8080)")
+        }
+    }
+}
+
+/// Why the server refused an upload, in the CLI's words: a missing or
+/// wrong key names `--api-key`.
+fn refusal(status: reqwest::StatusCode, body: &Value, keyed: bool) -> String {
+    let message = body["error"]["message"].as_str().unwrap_or("no message");
+    match (status, keyed) {
+        (reqwest::StatusCode::UNAUTHORIZED, false) => {
+            "the server needs an API key: pass --api-key KEY (or set RAGTIME_API_KEY)".to_owned()
+        }
+        (reqwest::StatusCode::UNAUTHORIZED, true) => {
+            format!("the server did not accept the key given with --api-key: {message}")
+        }
+        _ => format!("the server refused the upload ({status}): {message}"),
+    }
+}
+
 /// Sends `files` to the server at `server` as ingest jobs (one per request
 /// of at most [`REQUEST_BYTES`]), then follows the jobs to their end with
 /// a progress bar over their chunks. Ctrl-C cancels them (what they
@@ -115,7 +149,8 @@ pub async fn ingest_remote(
     collection: &str,
     files: &[PathBuf],
 ) -> anyhow::Result<()> {
-    let server = server.trim_end_matches('/');
+    let server = server_url(server)?;
+    let server = server.as_str();
     let listed = list(files)?;
     anyhow::ensure!(!listed.is_empty(), "no file of a known type to send");
     let http = reqwest::Client::new();
@@ -158,8 +193,8 @@ pub async fn ingest_remote(
         let body: Value = resp.json().await.unwrap_or(Value::Null);
         anyhow::ensure!(
             status == reqwest::StatusCode::ACCEPTED,
-            "the server refused the upload ({status}): {}",
-            body["error"]["message"].as_str().unwrap_or("no message")
+            "{}",
+            refusal(status, &body, api_key.is_some())
         );
         let id = body["id"]
             .as_str()
@@ -283,4 +318,38 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_without_a_scheme_is_http_and_a_bad_one_names_the_flag() {
+        let ok = |s: &str| server_url(s).expect("a URL");
+        assert_eq!(ok("127.0.0.1:8080"), "http://127.0.0.1:8080");
+        assert_eq!(ok("http://localhost:8080/"), "http://localhost:8080");
+        assert_eq!(ok("https://rag.example"), "https://rag.example");
+        for bad in ["ftp://host", "", "http://"] {
+            let e = server_url(bad).expect_err(bad).to_string();
+            assert!(e.contains("--server"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_missing_key_is_named_as_the_flag() {
+        let body = serde_json::json!({"error": {"message": "an api key is required"}});
+        let none = refusal(reqwest::StatusCode::UNAUTHORIZED, &body, false);
+        assert!(
+            none.contains("--api-key") && none.contains("RAGTIME_API_KEY"),
+            "{none}"
+        );
+        let wrong = refusal(reqwest::StatusCode::UNAUTHORIZED, &body, true);
+        assert!(wrong.contains("--api-key"), "{wrong}");
+        let full = refusal(reqwest::StatusCode::SERVICE_UNAVAILABLE, &body, false);
+        assert!(
+            full.contains("503") && full.contains("an api key is required"),
+            "{full}"
+        );
+    }
 }
