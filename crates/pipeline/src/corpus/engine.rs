@@ -109,6 +109,11 @@ pub trait IndexEngine: Send + Sync {
 
     fn status(&self) -> EngineStatus;
 
+    /// How far behind the store's change log the engine is (what
+    /// [`IndexEngine::status`] says of it, without the rest: the follower
+    /// asks after every pass).
+    fn lag(&self) -> Lag;
+
     /// The in-process engine, for what only it has (its indexes, to
     /// benchmarks and tests).
     fn as_resident(&self) -> Option<&Resident> {

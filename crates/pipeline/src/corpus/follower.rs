@@ -88,10 +88,13 @@ impl Resident {
         self.follower.following.store(true, Ordering::Release);
         let after = self.follower.applied.load(Ordering::Acquire);
         let entries = self.store.log_since(after, FOLLOW_BATCH).await?;
-        // Read after the entries: a trim that removed some the read should
-        // have seen has moved it past `after` by then (the trim's removal
-        // and its record commit together).
-        if after + 1 < self.store.log_trimmed_below().await? {
+        // Entries trimmed away leave the first one read past the next id
+        // (so do ids a rolled-back write took): only then is the trim
+        // point read, after the entries — a trim that removed some the
+        // read should have seen has moved it past `after` by then (the
+        // trim's removal and its record commit together).
+        let gap = entries.first().is_some_and(|e| e.id > after + 1);
+        if gap && after + 1 < self.store.log_trimmed_below().await? {
             self.catch_up_after_trim(after).await?;
             return Ok(0);
         }

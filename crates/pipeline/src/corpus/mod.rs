@@ -320,7 +320,7 @@ impl Corpus {
 
     /// How far behind the store's change log the engine is.
     pub fn lag(&self) -> Lag {
-        self.engine.status().lag
+        self.engine.lag()
     }
 
     /// Collections loaded from a snapshot since start.

@@ -203,6 +203,10 @@ impl IndexEngine for Resident {
         }
     }
 
+    fn lag(&self) -> super::follower::Lag {
+        Resident::lag(self)
+    }
+
     fn as_resident(&self) -> Option<&Resident> {
         Some(self)
     }

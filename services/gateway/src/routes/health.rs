@@ -131,12 +131,15 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> impl IntoResponse {
 /// The models: loaded (and warm) or why not.
 fn embed_check(state: &AppState) -> Result<EmbedCheck, String> {
     match state.loaded() {
-        Some(p) => Ok(EmbedCheck {
-            model: "all-minilm-l6-v2",
-            dim: p.status().dim,
-            chunks_indexed: p.status().engine.chunks,
-            reranker: p.status().reranker,
-        }),
+        Some(p) => {
+            let status = p.status();
+            Ok(EmbedCheck {
+                model: "all-minilm-l6-v2",
+                dim: status.dim,
+                chunks_indexed: status.engine.chunks,
+                reranker: status.reranker,
+            })
+        }
         None => match state.loading() {
             ModelState::Loading => Err("loading".to_owned()),
             ModelState::Failed(e) => Err(e),
