@@ -128,6 +128,11 @@ pub struct StageReport {
 pub struct BudgetReport {
     /// The request's total budget (after any per-request tightening).
     pub total_ms: u64,
+    /// The request's own `budget_ms`, when it sent one: a request may
+    /// tighten the configured total, never loosen it, so more than
+    /// `total_ms` here says it was cut to the total.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_ms: Option<u64>,
     /// Wall time from the request's start to the report.
     pub elapsed_ms: u64,
     pub stages: Vec<StageReport>,
@@ -183,6 +188,7 @@ mod tests {
     fn server_timing_lists_every_stage_and_total() {
         let r = BudgetReport {
             total_ms: 100,
+            requested_ms: None,
             elapsed_ms: 42,
             stages: vec![
                 StageReport {
@@ -221,8 +227,11 @@ pub enum PartialReason {
     Stage(Stage),
     /// Shed: every backend was too busy to take the request.
     Overload,
-    /// The model failed (or its breaker was open).
+    /// The model failed, or broke off its stream.
     LlmError,
+    /// The model was not asked: every backend's breaker was open after
+    /// failures in a row.
+    LlmUnavailable,
     /// The model began to repeat itself and was stopped there.
     Degenerate,
     /// The grounding check found the answer unsupported by its sources.
@@ -231,9 +240,10 @@ pub enum PartialReason {
 
 impl PartialReason {
     /// The reasons that are not a stage's.
-    pub const OWN: [PartialReason; 4] = [
+    pub const OWN: [PartialReason; 5] = [
         PartialReason::Overload,
         PartialReason::LlmError,
+        PartialReason::LlmUnavailable,
         PartialReason::Degenerate,
         PartialReason::Ungrounded,
     ];
@@ -243,6 +253,7 @@ impl PartialReason {
             PartialReason::Stage(s) => s.name(),
             PartialReason::Overload => "overload",
             PartialReason::LlmError => "llm_error",
+            PartialReason::LlmUnavailable => "llm_unavailable",
             PartialReason::Degenerate => "degenerate",
             PartialReason::Ungrounded => "ungrounded",
         }

@@ -18,8 +18,12 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-/// Documents per batch: one transaction, one step of progress.
+/// Documents per batch at most: one transaction, one step of progress.
 pub const JOB_BATCH_DOCUMENTS: usize = 32;
+/// Chunks per batch at most (a batch holds at least one document): a few
+/// long pages would otherwise be one step, and the progress would sit at
+/// zero until the whole job was done. About 3 s of embedding on 2 cores.
+pub const JOB_BATCH_CHUNKS: usize = 128;
 
 /// The jobs running (or queued) on this replica, each with the switch that
 /// stops it.
@@ -74,7 +78,7 @@ fn busy(what: &'static str) -> PipelineError {
     }
 }
 
-fn internal(e: impl std::fmt::Display) -> PipelineError {
+pub(crate) fn internal(e: impl std::fmt::Display) -> PipelineError {
     PipelineError::Internal(e.to_string())
 }
 
@@ -250,7 +254,16 @@ impl Pipeline {
         let mut rest = docs.into_iter().zip(counts).peekable();
         let mut finished = true;
         while rest.peek().is_some() {
-            let batch: Vec<(IngestDoc, usize)> = rest.by_ref().take(JOB_BATCH_DOCUMENTS).collect();
+            let mut batch: Vec<(IngestDoc, usize)> = Vec::new();
+            let mut chunks = 0;
+            while let Some((_, n)) = rest.peek() {
+                let full = batch.len() >= JOB_BATCH_DOCUMENTS || chunks + n > JOB_BATCH_CHUNKS;
+                if full && !batch.is_empty() {
+                    break;
+                }
+                chunks += n;
+                batch.extend(rest.next());
+            }
             let step = JobStep {
                 id: job.to_owned(),
                 documents: batch.len() as i64,

@@ -13,6 +13,7 @@ use crate::chat::{
 };
 use crate::corpus::{CollectionInfo, Corpus, CorpusError, IngestDoc, Ingested, Quotas};
 use crate::embeddings::{self, Embedded};
+use crate::jobs::internal;
 use crate::rerank::RerankParams;
 use crate::search::{self, Mode, SearchDeps, SearchOutcome, SearchRequest};
 use ragtime_core::{
@@ -446,16 +447,40 @@ impl Pipeline {
         collection: &str,
         id: &str,
     ) -> Result<Option<ragtime_store::DocumentRecord>, PipelineError> {
+        let coll = self.stored_collection(tenant, collection).await?;
         let store = &self.corpus.store;
-        let internal = |e: StoreError| PipelineError::Internal(e.to_string());
-        let coll = store
-            .collection_id(&tenant.collection(collection))
-            .await
-            .map_err(internal)?;
-        let Some(coll) = coll else {
-            return Err(PipelineError::UnknownCollection(collection.to_owned()));
-        };
         store.get_document(coll, id).await.map_err(internal)
+    }
+
+    /// A page of a collection's documents: the first `limit` after the id
+    /// `after`, in id order.
+    pub async fn documents(
+        &self,
+        tenant: &Tenant,
+        collection: &str,
+        after: &str,
+        limit: usize,
+    ) -> Result<Vec<ragtime_store::DocumentSummary>, PipelineError> {
+        let coll = self.stored_collection(tenant, collection).await?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let store = &self.corpus.store;
+        store
+            .list_documents(coll, after, limit)
+            .await
+            .map_err(internal)
+    }
+
+    /// The store's id of `tenant`'s collection `collection`: 404 when it
+    /// has none of that name.
+    async fn stored_collection(
+        &self,
+        tenant: &Tenant,
+        collection: &str,
+    ) -> Result<i64, PipelineError> {
+        let stored = tenant.collection(collection);
+        let coll = self.corpus.store.collection_id(&stored).await;
+        coll.map_err(internal)?
+            .ok_or_else(|| PipelineError::UnknownCollection(collection.to_owned()))
     }
 
     /// Deletes a document; `false` if there was none.

@@ -288,10 +288,13 @@ async fn per_request_budget_tightens_never_loosens() {
     let loose = RequestBudget::start(&p, &chat_plan(), Some(60_000));
     assert_eq!(ms(loose.remaining()), 2000);
     assert_eq!(loose.report().total_ms, 2000);
+    assert_eq!(loose.report().requested_ms, Some(60_000), "the cut is said");
     let tight = RequestBudget::start(&p, &chat_plan(), Some(500));
     assert_eq!(ms(tight.remaining()), 500);
-    assert_eq!(tight.profile().embed_ms, 50);
-    assert_eq!(tight.profile().llm_generate_ms, 250);
+    // Searching keeps its budget; the rest share the other 300 ms.
+    assert_eq!(tight.profile().embed_ms, 200);
+    assert_eq!(tight.profile().llm_generate_ms, 1000 * 300 / 1800);
+    assert_eq!(tight.report().requested_ms, Some(500));
 }
 
 /// Every stage of a chat plan stalls forever. The request still ends within

@@ -296,16 +296,25 @@ async fn a_failing_backend_gives_way_and_its_breaker_opens() {
     assert_eq!(ok.requests().len(), 4);
 
     // Only broken backends: an extractive answer, reason llm_error.
-    let w = world(
-        vec![backend("b2", Arc::new(Broken), 1, 1.0)],
-        HedgePolicy::default(),
-    );
+    let b2 = backend("b2", Arc::new(Broken), 1, 1.0);
+    let w = world(vec![b2.clone()], HedgePolicy::default());
     let a = w.ask(input("insulin", 0)).await;
     assert_eq!(a.partial_reason, Some(PartialReason::LlmError));
     assert!(
         a.text
             .ends_with("(The model failed to answer; this is quoted from the sources.)")
     );
+    // Once its breaker is open the model is not asked, and the answer
+    // says so (not that the model failed); the backend's status counts it.
+    for _ in 0..2 {
+        w.ask(input("insulin", 0)).await;
+    }
+    assert_eq!(b2.breaker.state(), BreakerState::Open);
+    let a = w.ask(input("insulin", 0)).await;
+    assert_eq!(a.partial_reason, Some(PartialReason::LlmUnavailable));
+    assert!(a.text.contains("The model was not asked"), "{}", a.text);
+    assert_eq!(stage(&a, Stage::LlmTtft).0, Outcome::Skipped);
+    assert_eq!(w.backends.status()[0].skipped, 1);
 }
 
 /// A stream that ends before the backend said it was done is a failure:
@@ -387,4 +396,97 @@ async fn a_looping_answer_is_stopped_where_the_loop_began() {
     assert_eq!(a.finish_reason, "stop");
     assert_eq!(b.stats.estimates().observations, 0);
     assert_eq!(b.gate.state().busy, 0, "the slot was given back");
+}
+
+/// A backend whose probe is refused before `up` and from `down` on.
+struct Starting {
+    up: tokio::time::Instant,
+    down: tokio::time::Instant,
+}
+
+#[async_trait]
+impl Generator for Starting {
+    fn address(&self) -> &str {
+        "starting"
+    }
+
+    async fn generate(&self, _: GenRequest) -> Result<TokenStream, StageError> {
+        Err(StageError::Backend("unused".into()))
+    }
+
+    async fn ping(&self) -> Result<(), String> {
+        let now = tokio::time::Instant::now();
+        if now < self.up || now >= self.down {
+            Err("connection refused".into())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Records each event's level and message.
+#[derive(Clone, Default)]
+struct Logged(Arc<std::sync::Mutex<Vec<(tracing::Level, String)>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Logged {
+    fn on_event(&self, e: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct Message(String);
+        impl tracing::field::Visit for Message {
+            fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+                if f.name() == "message" {
+                    self.0 = format!("{v:?}");
+                }
+            }
+        }
+        let mut m = Message(String::new());
+        e.record(&mut m);
+        if let Ok(mut l) = self.0.lock() {
+            l.push((*e.metadata().level(), m.0));
+        }
+    }
+}
+
+/// A backend still starting (the local server loading its model) is not a
+/// warning: its refused probes say so at INFO until it has been up once;
+/// down after that, it is.
+#[tokio::test(start_paused = true)]
+async fn a_backend_that_is_starting_is_not_a_warning_until_it_was_up() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let logged = Logged::default();
+    let _guard =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(logged.clone()));
+    let t0 = tokio::time::Instant::now();
+    let b = backend(
+        "starting",
+        Arc::new(Starting {
+            up: t0 + Duration::from_secs(2),
+            down: t0 + Duration::from_secs(5),
+        }),
+        1,
+        1.0,
+    );
+    let backends = Arc::new(Backends::new(vec![b.clone()], HedgePolicy::default()));
+    backends.probe(500 * MS);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(b.breaker.state(), BreakerState::Closed);
+    let seen = logged.0.lock().map(|l| l.clone()).unwrap_or_default();
+    assert!(
+        seen.iter().all(|(level, _)| *level != tracing::Level::WARN),
+        "{seen:?}"
+    );
+    assert!(
+        seen.iter()
+            .any(|(_, m)| m == "llm backend not answering yet"),
+        "{seen:?}"
+    );
+    assert!(seen.iter().any(|(_, m)| m == "llm backend up"), "{seen:?}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(b.breaker.state(), BreakerState::Open);
+    let seen = logged.0.lock().map(|l| l.clone()).unwrap_or_default();
+    assert!(
+        seen.iter()
+            .any(|(level, m)| *level == tracing::Level::WARN
+                && m == "llm backend down: breaker open"),
+        "{seen:?}"
+    );
 }

@@ -64,6 +64,15 @@ pub struct DocumentRecord {
     pub chunks: Vec<ChunkRecord>,
 }
 
+/// One line of a collection's document list.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct DocumentSummary {
+    pub external_id: String,
+    pub title: String,
+    pub updated_ms: i64,
+    pub chunks: i64,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChunkRecord {
     pub id: i64,
@@ -440,6 +449,24 @@ impl Store {
                 })
                 .collect(),
         }))
+    }
+
+    /// A collection's documents in id order, the first `limit` after
+    /// `after` (keyset paging: a page is the same however many documents
+    /// were added before the cursor).
+    pub async fn list_documents(
+        &self,
+        collection_id: i64,
+        after: &str,
+        limit: i64,
+    ) -> Result<Vec<DocumentSummary>, StoreError> {
+        let q = "SELECT d.external_id, d.title, d.updated_ms, \
+                 (SELECT COUNT(*) FROM chunks c WHERE c.document_id = d.id) AS chunks \
+                 FROM documents d WHERE d.collection_id = $1 AND d.external_id > $2 \
+                 ORDER BY d.external_id LIMIT $3";
+        Ok(
+            on_pool!(self, p => sqlx::query_as(q).bind(collection_id).bind(after).bind(limit).fetch_all(p).await?),
+        )
     }
 
     /// One document's chunks as stored now, with their embeddings (none if

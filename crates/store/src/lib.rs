@@ -123,8 +123,8 @@ pub use budgets::BudgetVersion;
 pub use collections::{CollectionRecord, Created, Dropped, Limits, TenantQuota, Usage};
 pub use conversations::Turn;
 pub use documents::{
-    ChunkRecord, DocumentRecord, IndexChunk, LogEntry, NewChunk, NewDocument, Upsert, WriteReceipt,
-    decode_vector, encode_vector,
+    ChunkRecord, DocumentRecord, DocumentSummary, IndexChunk, LogEntry, NewChunk, NewDocument,
+    Upsert, WriteReceipt, decode_vector, encode_vector,
 };
 pub use jobs::{JOB_HEARTBEAT_MS, JOB_STALE_MS, JobRecord, JobStatus, JobStep, NewJob};
 

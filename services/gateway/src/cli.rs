@@ -46,6 +46,11 @@ pub async fn ingest_files(
     let (mut n_docs, mut n_chunks, mut unchanged) = (0usize, 0usize, 0usize);
     let total = docs.len();
     let bar = bar(total as u64, "documents");
+    if let Ok(style) = ProgressStyle::with_template(
+        "{elapsed_precise} {wide_bar} {pos}/{len} documents · about {eta} to go",
+    ) {
+        bar.set_style(style);
+    }
     let mut it = docs.into_iter().peekable();
     let batches = std::iter::from_fn(|| {
         it.peek()
@@ -71,8 +76,14 @@ pub async fn ingest_files(
         .await?;
     bar.finish_and_clear();
     let secs = t0.elapsed().as_secs_f64();
+    // Which store: a server started with another data_dir (or another
+    // database) does not see these documents.
+    let store = match &config.database_url {
+        Some(_) => "the PostgreSQL database of database_url".to_owned(),
+        None => format!("the SQLite store in {}", config.data_dir.display()),
+    };
     println!(
-        "ingested {n_docs} documents into {collection:?} ({unchanged} unchanged, {n_chunks} chunks embedded) in {secs:.1} s: {:.0} chunks/s",
+        "ingested {n_docs} documents into {collection:?} of {store} ({unchanged} unchanged, {n_chunks} chunks embedded) in {secs:.1} s: {:.0} chunks/s",
         n_chunks as f64 / secs.max(1e-9)
     );
     Ok(())

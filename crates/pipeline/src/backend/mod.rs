@@ -54,6 +54,9 @@ pub struct Backend {
     pub stats: BackendStats,
     pub breaker: Breaker,
     ttft: Mutex<VecDeque<f64>>,
+    /// Requests answered without asking it: its breaker was open and no
+    /// other backend could take them.
+    skipped: AtomicU64,
 }
 
 impl Backend {
@@ -68,6 +71,7 @@ impl Backend {
             stats: BackendStats::default(),
             breaker,
             ttft: Mutex::new(VecDeque::new()),
+            skipped: AtomicU64::new(0),
         })
     }
 
@@ -180,6 +184,8 @@ pub struct BackendStatus {
     pub shed: u64,
     pub full: u64,
     pub timed_out: u64,
+    /// Requests answered without the model while its breaker was open.
+    pub skipped: u64,
 }
 
 pub struct Backends {
@@ -196,6 +202,14 @@ impl Backends {
             hedge,
             requests: AtomicU64::new(0),
             hedges: AtomicU64::new(0),
+        }
+    }
+
+    /// No backend could be asked (every breaker open): counted on each
+    /// whose breaker kept the request away.
+    pub fn note_skipped(&self) {
+        for b in self.list.iter().filter(|b| !b.breaker.is_available()) {
+            b.skipped.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -325,6 +339,7 @@ impl Backends {
                     shed: c.shed.load(Ordering::Relaxed),
                     full: c.full.load(Ordering::Relaxed),
                     timed_out: c.timed_out.load(Ordering::Relaxed),
+                    skipped: b.skipped.load(Ordering::Relaxed),
                 }
             })
             .collect()
@@ -342,18 +357,27 @@ impl Backends {
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            // A backend that has not answered yet is starting (the local
+            // server loads its model): not a warning until it was up once.
+            let mut was_up = Vec::new();
             loop {
                 tick.tick().await;
                 let Some(bs) = me.upgrade() else {
                     return;
                 };
-                for b in &bs.list {
+                was_up.resize(bs.list.len(), false);
+                for (b, was_up) in bs.list.iter().zip(was_up.iter_mut()) {
                     let Ok(answer) = tokio::time::timeout(patience, b.generator.ping()).await
                     else {
                         continue;
                     };
-                    match (answer.is_ok(), b.breaker.state()) {
+                    let up = answer.is_ok();
+                    match (up, b.breaker.state()) {
                         (false, BreakerState::Open) => {}
+                        (false, _) if !*was_up => {
+                            tracing::info!(backend = b.name(), "llm backend not answering yet");
+                            b.breaker.trip();
+                        }
                         (false, _) => {
                             tracing::warn!(backend = b.name(), "llm backend down: breaker open");
                             b.breaker.trip();
@@ -362,13 +386,16 @@ impl Backends {
                         (true, _) => {
                             b.breaker.probed_ok();
                             if b.breaker.state() == BreakerState::Closed {
-                                tracing::info!(
-                                    backend = b.name(),
+                                let msg = if *was_up {
                                     "llm backend back: breaker closed"
-                                );
+                                } else {
+                                    "llm backend up"
+                                };
+                                tracing::info!(backend = b.name(), "{msg}");
                             }
                         }
                     }
+                    *was_up |= up;
                 }
             }
         });

@@ -58,10 +58,12 @@ fn mean(v: &[f64]) -> f64 {
 type Need = (Stage, f64, Vec<f64>);
 
 /// What each stage needs: its p95 with headroom, or its current budget
-/// without samples; with its sorted samples.
+/// without samples; nothing for a stage that does not run here; with its
+/// sorted samples.
 fn needs(
     current: &BudgetProfile,
     samples: &BTreeMap<Stage, Samples>,
+    runs: &dyn Fn(Stage) -> bool,
 ) -> (Vec<Need>, BTreeMap<&'static str, Basis>) {
     let mut basis = BTreeMap::new();
     let mut need = Vec::new();
@@ -72,10 +74,10 @@ fn needs(
         let want = p95.map_or(current.stage_ms(s) as f64, |p| {
             (p * HEADROOM).max(p + 2.0).ceil()
         });
-        let from = if p95.is_some() {
-            "p95"
-        } else {
-            "current budget"
+        let (want, from) = match p95 {
+            _ if !runs(s) => (0.0, "not configured"),
+            Some(_) => (want, "p95"),
+            None => (want, "current budget"),
         };
         let b = Basis {
             samples: v.len(),
@@ -109,30 +111,61 @@ fn llm_advice(samples: &BTreeMap<Stage, Samples>, proposed: &BudgetProfile) -> L
     }
 }
 
+/// The LLM's stages: what a shortfall takes from first.
+const LLM: [Stage; 2] = [Stage::LlmTtft, Stage::LlmGenerate];
+
 /// Budgets for `target_ms` from `samples` (each stage's latencies in the
 /// last `window_s` seconds); stages without samples keep their `current`
-/// budget. Spare time goes to generation (longer answers); a shortfall
-/// shrinks every stage in proportion.
+/// budget, and a stage that does not run here (`runs` says, e.g. rerank
+/// without a reranker) gets none. Spare time goes to generation (longer
+/// answers). A shortfall comes out of the LLM's two stages first: the
+/// others are cheap and every answer needs them (too little for the
+/// model makes answers extractive; too little to search leaves them
+/// empty). Every stage that runs gets at least 1 ms while the target has
+/// room.
 pub fn advise(
     current: &BudgetProfile,
     samples: &BTreeMap<Stage, Samples>,
     target_ms: u64,
     window_s: u64,
+    runs: &dyn Fn(Stage) -> bool,
 ) -> Advice {
-    let (need, basis) = needs(current, samples);
+    let (need, basis) = needs(current, samples, runs);
     let total_need: f64 = need.iter().map(|(_, w, _)| w).sum();
     let fits = total_need <= target_ms as f64;
-    let scale = if fits {
-        1.0
-    } else {
-        target_ms as f64 / total_need.max(1.0)
+    let target = target_ms as f64;
+    let (cheap, llm): (f64, f64) = need.iter().fold((0.0, 0.0), |(c, l), (s, w, _)| {
+        if LLM.contains(s) {
+            (c, l + w)
+        } else {
+            (c + w, l)
+        }
+    });
+    let (cheap_scale, llm_scale) = match () {
+        _ if fits => (1.0, 1.0),
+        _ if cheap <= target => (1.0, (target - cheap) / llm.max(1.0)),
+        // Room for the LLM stages' 1 ms each (below).
+        _ => {
+            let llm_ms = LLM.iter().filter(|s| runs(**s)).count() as f64;
+            ((target - llm_ms).max(0.0) / cheap.max(1.0), 0.0)
+        }
     };
     let mut proposed = *current;
     proposed.total_ms = target_ms;
     for (s, want, _) in &need {
+        let scale = if LLM.contains(s) {
+            llm_scale
+        } else {
+            cheap_scale
+        };
         proposed.set_stage_ms(*s, (want * scale).floor() as u64);
     }
-    if fits {
+    for s in Stage::ALL {
+        if runs(s) && proposed.stage_ms(s) == 0 && proposed.stages_sum_ms() < target_ms {
+            proposed.set_stage_ms(s, 1);
+        }
+    }
+    if fits && runs(Stage::LlmGenerate) {
         let spare = target_ms.saturating_sub(proposed.stages_sum_ms());
         proposed.set_stage_ms(Stage::LlmGenerate, proposed.llm_generate_ms + spare);
     }
@@ -180,7 +213,7 @@ mod tests {
         s.insert(Stage::Embed, samples(&[3.0; 20], 10.0));
         s.insert(Stage::LlmTtft, samples(&[500.0; 20], 10.0));
         s.insert(Stage::LlmGenerate, samples(&[1000.0; 20], 10.0));
-        let a = advise(&BudgetProfile::cpu(), &s, 15_000, 300);
+        let a = advise(&BudgetProfile::cpu(), &s, 15_000, 300, &|_| true);
         assert!(a.fits);
         // 3 ms p95: +10 % is less than +2 ms, so 5 ms.
         assert_eq!(a.proposed.embed, 5);
@@ -206,10 +239,33 @@ mod tests {
         let mut generated: Vec<f64> = vec![1000.0; 9];
         generated.push(5000.0);
         s.insert(Stage::LlmGenerate, samples(&generated, 10.0));
-        let a = advise(&BudgetProfile::cpu(), &s, 3_000, 300);
+        let a = advise(&BudgetProfile::cpu(), &s, 3_000, 300, &|_| true);
         assert!(!a.fits);
         let p = a.proposed;
         assert!(p.cache + p.embed + p.retrieve + p.rerank + p.llm_ttft + p.llm_generate <= 3_000);
         assert!(a.expected_partial_rate > 0.0);
+        // The cheap stages keep what they need (their current budgets:
+        // no samples); the LLM's two share the rest.
+        assert_eq!((p.embed, p.retrieve, p.rerank), (150, 200, 500));
+        assert!(p.llm_ttft > 0 && p.llm_generate > 0, "{p:?}");
+    }
+
+    #[test]
+    fn a_stage_that_does_not_run_gets_nothing_and_one_that_runs_never_zero() {
+        let mut s = BTreeMap::new();
+        s.insert(Stage::Embed, samples(&[40.0; 20], 10.0));
+        s.insert(Stage::Retrieve, samples(&[60.0; 20], 10.0));
+        s.insert(Stage::LlmTtft, samples(&[2500.0; 20], 10.0));
+        let no_rerank = |st: Stage| st != Stage::Rerank;
+        let a = advise(&BudgetProfile::cpu(), &s, 3_000, 300, &no_rerank);
+        let p = a.proposed;
+        assert_eq!(p.rerank, 0);
+        assert_eq!(a.basis["rerank"].from, "not configured");
+        assert_eq!((p.embed, p.retrieve), (44, 66), "{p:?}");
+        // Far too little: searching shrinks, but nothing that runs is 0.
+        let a = advise(&BudgetProfile::cpu(), &s, 20, 300, &no_rerank);
+        let p = a.proposed;
+        assert!(p.embed > 0 && p.retrieve > 0 && p.llm_ttft > 0, "{p:?}");
+        assert!(p.cache + p.embed + p.retrieve + p.llm_ttft + p.llm_generate + p.verify <= 20);
     }
 }

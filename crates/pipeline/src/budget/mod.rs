@@ -133,6 +133,7 @@ pub struct RequestBudget {
     deadline: Instant,
     records: Mutex<Vec<StageReport>>,
     index_load_ms: Mutex<Option<u64>>,
+    requested_ms: Option<u64>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -214,6 +215,7 @@ impl RequestBudget {
             start,
             records: Mutex::new(Vec::with_capacity(plan.len())),
             index_load_ms: Mutex::new(None),
+            requested_ms,
         }
     }
 
@@ -393,6 +395,7 @@ impl RequestBudget {
     pub fn report(&self) -> BudgetReport {
         BudgetReport {
             total_ms: self.profile.total_ms,
+            requested_ms: self.requested_ms,
             elapsed_ms: ms(self.elapsed()),
             stages: lock(&self.records).clone(),
             index_load_ms: *lock(&self.index_load_ms),

@@ -147,8 +147,12 @@ impl BudgetProfile {
     }
 
     /// The profile for a request that asked for `requested_ms`: a request may
-    /// tighten the total but never loosen it. When it tightens, every stage
-    /// budget shrinks in the same proportion so the plan still fits.
+    /// tighten the total but never loosen it. When it tightens, the stages
+    /// every answer needs — embedding the query and searching — keep their
+    /// budgets as far as the total allows (an extractive answer is made of
+    /// nothing else), and the other stages share what is left in
+    /// proportion. Shrinking every stage alike gave a 100 ms request 1 ms
+    /// to embed its query: no sources, whatever the machine.
     pub fn tightened(&self, requested_ms: Option<u64>) -> Self {
         let Some(req) = requested_ms else {
             return *self;
@@ -156,14 +160,26 @@ impl BudgetProfile {
         if req >= self.total_ms {
             return *self;
         }
-        let scale = |ms: u64| -> u64 {
-            // ms * req / total, in u128 to avoid overflow.
-            ((ms as u128 * req as u128) / self.total_ms.max(1) as u128) as u64
+        // ms * num / den, in u128 to avoid overflow.
+        let scale = |ms: u64, num: u64, den: u64| -> u64 {
+            ((ms as u128 * num as u128) / den.max(1) as u128) as u64
         };
+        let search = self.embed_ms + self.retrieve_ms;
         let mut out = *self;
         out.total_ms = req;
         for s in Stage::ALL {
-            out.set_stage_ms(s, scale(self.stage_ms(s)));
+            let ms = self.stage_ms(s);
+            let kept = match s {
+                Stage::Embed if req <= search => scale(ms, req, search),
+                Stage::Retrieve if req <= search => req - scale(self.embed_ms, req, search),
+                Stage::Embed | Stage::Retrieve => ms,
+                _ => scale(
+                    ms,
+                    req.saturating_sub(search),
+                    self.total_ms.saturating_sub(search),
+                ),
+            };
+            out.set_stage_ms(s, kept);
         }
         out
     }
@@ -214,11 +230,21 @@ mod tests {
         assert_eq!(p.tightened(None), p);
         assert_eq!(p.tightened(Some(10_000)), p);
         assert_eq!(p.tightened(Some(3_000)), p);
+        // Searching keeps its budgets; the rest share what is left
+        // (3000 − 90 = 2910 → 1410 ms: a little under half).
         let t = p.tightened(Some(1_500));
         assert_eq!(t.total_ms, 1_500);
-        assert_eq!(t.llm_ttft_ms, 350);
-        assert_eq!(t.embed_ms, 15);
+        assert_eq!((t.embed_ms, t.retrieve_ms), (30, 60));
+        assert_eq!(t.llm_ttft_ms, 700 * 1410 / 2910);
         assert_eq!(t.validate(), Ok(()));
         assert!(t.stages_sum_ms() <= t.total_ms);
+        // Less than searching needs: searching gets all of it.
+        let t = p.tightened(Some(60));
+        assert_eq!((t.embed_ms, t.retrieve_ms, t.llm_ttft_ms), (20, 40, 0));
+        assert_eq!(t.validate(), Ok(()));
+        // The CPU defaults: a 100 ms request searches with all of it.
+        let t = BudgetProfile::default().tightened(Some(100));
+        assert_eq!(t.embed_ms + t.retrieve_ms, 100);
+        assert_eq!(t.validate(), Ok(()));
     }
 }

@@ -21,6 +21,8 @@ pub enum Why {
     Late,
     Busy,
     Failed,
+    /// Not asked: every backend's breaker was open.
+    Skipped,
     /// The model's answer was not supported by its sources.
     Ungrounded,
 }
@@ -33,6 +35,9 @@ impl Why {
             Why::Late => Some("The model did not answer in time; this is quoted from the sources."),
             Why::Busy => Some("The model was too busy to answer; this is quoted from the sources."),
             Why::Failed => Some("The model failed to answer; this is quoted from the sources."),
+            Why::Skipped => Some(
+                "The model was not asked: its backend failed several times in a row and is paused; this is quoted from the sources.",
+            ),
             Why::Ungrounded => Some("What the sources say:"),
         }
     }
@@ -209,6 +214,12 @@ fn compose(ranked: &Ranked<'_>, chosen: &[Candidate<'_>], why: Why) -> String {
     } else {
         parts.join("\n\n")
     };
+    with_note(body, why)
+}
+
+/// `body` with what the user is told of `why` (after it; before it for an
+/// ungrounded answer's sources).
+pub fn with_note(body: String, why: Why) -> String {
     match why.note() {
         Some(note) if why == Why::Ungrounded => format!("{note}\n\n{body}"),
         Some(note) => format!("{body}\n\n({note})"),

@@ -261,6 +261,15 @@ pub async fn run(
         qv,
     };
     let (r, ahead) = match input.answer {
+        // Nothing to ground an answer on: the model is not asked to make
+        // one up, and the answer says where nothing was found.
+        _ if hits.is_empty() => {
+            for s in [Stage::LlmTtft, Stage::LlmGenerate, Stage::Verify] {
+                budget.skip(s, "no sources");
+            }
+            let r = extractive(&turn, &[], &mut out, Why::Chosen).await;
+            (r, verify::SourceVectors::new())
+        }
         AnswerMode::Extractive => {
             for s in [Stage::LlmTtft, Stage::LlmGenerate, Stage::Verify] {
                 budget.skip(s, "the answer mode is extractive");
@@ -464,6 +473,15 @@ async fn quote(t: &Turn<'_>, ranked: &[(usize, &Passage)], why: Why) -> String {
         input,
         qv,
     } = *t;
+    if ranked.is_empty() {
+        // Name where it looked: a question sent to the wrong (or an
+        // empty) collection reads differently from one nothing answers.
+        let body = format!(
+            "No sources in collection {:?} matched the question.",
+            input.scope.collection
+        );
+        return extractive::with_note(body, why);
+    }
     let time = budget.remaining().min(EXTRACTIVE_EMBED);
     // Shed requests get the cheapest quote: no cross-encoder.
     let cross = deps.reranker.map(|(r, _)| r).filter(|_| why != Why::Busy);
@@ -521,6 +539,7 @@ fn extractive_reply(text: String, passages: Vec<Passage>, why: Why) -> Reply {
         reason: match why {
             Why::Busy => Some(PartialReason::Overload),
             Why::Failed => Some(PartialReason::LlmError),
+            Why::Skipped => Some(PartialReason::LlmUnavailable),
             _ => None,
         },
         backend: None,
@@ -547,8 +566,9 @@ async fn reply(t: &Turn<'_>, hits: &[Passage], shape: &Shape, out: &mut Output<'
             Stage::LlmTtft,
             "no llm backend is available: every breaker is open",
         );
+        deps.backends.note_skipped();
         let top = ranked_top(hits);
-        return extractive(t, &top, out, Why::Failed).await;
+        return extractive(t, &top, out, Why::Skipped).await;
     };
     let ttft = budget.allot(Stage::LlmTtft);
     let Sized {
@@ -755,12 +775,21 @@ async fn streamed(
         Outcome::Ok => s.finish.unwrap_or_else(|| "stop".into()),
         _ => "length".into(),
     };
+    // The backend's counts when it sent them; a stream cut short (budget,
+    // loop, client) or a backend that never reports them: the tokens
+    // streamed, and the prompt's characters over the characters per token
+    // this backend has shown.
+    let usage = s.usage.unwrap_or_else(|| Usage {
+        prompt_tokens: (prompt.chars as f64 / backend.stats.estimates().chars_per_token.max(1.0))
+            .round() as u32,
+        completion_tokens: s.tokens,
+    });
     Reply {
         generated: Some(s.text.clone()),
         text: s.text,
         passages: prompt.passages.clone(),
         finish_reason,
-        usage: s.usage.unwrap_or_default(),
+        usage,
         reason: match (&s.error, s.looped) {
             (Some(_), _) => Some(PartialReason::LlmError),
             (None, true) => Some(PartialReason::Degenerate),

@@ -92,6 +92,17 @@ impl Serialize for Secret {
 
 /// Where `make setup` puts models and binaries (`RAGTIME_CACHE`, default
 /// `~/.cache/ragtime`).
+/// Where data lives by default: `$XDG_DATA_HOME`, else `~/.local/share`.
+/// Not the working folder: `ragtime ingest` run from anywhere writes to the
+/// store `ragtime serve` reads.
+pub fn data_home() -> PathBuf {
+    if let Some(d) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
+    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
+    home.join(".local/share")
+}
+
 pub fn cache_dir() -> PathBuf {
     if let Some(c) = std::env::var_os("RAGTIME_CACHE") {
         return PathBuf::from(c);
@@ -104,7 +115,8 @@ pub fn cache_dir() -> PathBuf {
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub server: ServerConfig,
-    /// Folder for the SQLite database and index files (`RAGTIME__DATA_DIR`).
+    /// Folder for the SQLite database and index files (`RAGTIME__DATA_DIR`;
+    /// default `~/.local/share/ragtime`, under `$XDG_DATA_HOME` when set).
     pub data_dir: PathBuf,
     /// `postgres://…` to use PostgreSQL; unset = SQLite in `data_dir`.
     pub database_url: Option<Secret>,
@@ -137,7 +149,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             server: ServerConfig::default(),
-            data_dir: PathBuf::from("./data"),
+            data_dir: data_home().join("ragtime"),
             database_url: None,
             admin_key: None,
             embed: EmbedConfig::default(),

@@ -81,6 +81,43 @@ pub struct CollectionQuery {
     collection: String,
 }
 
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    /// The collection (`default` unless named).
+    #[serde(default = "default_collection")]
+    #[param(pattern = "^[A-Za-z0-9_.-]{1,64}$")]
+    collection: String,
+    /// Documents per page, 1 to 1,000 (default 100).
+    #[serde(default = "default_page")]
+    #[param(minimum = 1, maximum = 1000)]
+    limit: usize,
+    /// The previous page's `next`: the documents after this id.
+    #[serde(default)]
+    after: String,
+}
+
+fn default_page() -> usize {
+    100
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct DocumentListOut {
+    collection: String,
+    documents: Vec<DocumentLineOut>,
+    /// Pass as `after` for the next page; `null` on the last one.
+    next: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+struct DocumentLineOut {
+    id: String,
+    title: String,
+    updated_ms: i64,
+    chunks: i64,
+}
+
 #[derive(Serialize, ToSchema)]
 pub struct IngestOut {
     collection: String,
@@ -305,6 +342,44 @@ async fn discard(req: Request, limit: usize) {
 fn not_found(id: &str, collection: &str) -> ApiError {
     let msg = format!("no document {id:?} in collection {collection:?}");
     ApiError::new(ErrorCode::NotFound, msg)
+}
+
+/// A collection's documents, in id order, a page at a time.
+#[utoipa::path(get, path = "/v1/documents", tag = "documents",
+    params(ListQuery),
+    responses((status = 200, description = "A page of documents", body = DocumentListOut)))]
+pub async fn list(
+    State(state): State<Arc<AppState>>,
+    Caller(tenant): Caller,
+    ApiQuery(q): ApiQuery<ListQuery>,
+) -> Result<Json<DocumentListOut>, ApiError> {
+    check_collection(&q.collection, "collection")?;
+    if !(1..=1000).contains(&q.limit) {
+        return Err(ApiError::invalid("limit", "must be between 1 and 1000"));
+    }
+    // One more than asked says whether another page follows.
+    let mut docs = state
+        .pipeline()?
+        .documents(&tenant, &q.collection, &q.after, q.limit + 1)
+        .await?;
+    let more = docs.len() > q.limit;
+    docs.truncate(q.limit);
+    let next = more
+        .then(|| docs.last().map(|d| d.external_id.clone()))
+        .flatten();
+    Ok(Json(DocumentListOut {
+        collection: q.collection,
+        documents: docs
+            .into_iter()
+            .map(|d| DocumentLineOut {
+                id: d.external_id,
+                title: d.title,
+                updated_ms: d.updated_ms,
+                chunks: d.chunks,
+            })
+            .collect(),
+        next,
+    }))
 }
 
 /// A document with its chunks.

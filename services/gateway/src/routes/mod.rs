@@ -31,9 +31,14 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/openapi.json", get(openapi::document_json))
         .route("/docs", get(openapi::docs))
         .route("/v1/embeddings", post(embeddings::create))
-        .route("/v1/documents", post(documents::create))
         .route(
-            "/v1/documents/{id}",
+            "/v1/documents",
+            post(documents::create).get(documents::list),
+        )
+        // Ids may hold slashes (a folder's files are ingested as
+        // `folder/file.md`): the rest of the path is the id.
+        .route(
+            "/v1/documents/{*id}",
             get(documents::get).delete(documents::delete),
         )
         .route(

@@ -26,6 +26,7 @@ use utoipa::OpenApi;
         docs,
         super::embeddings::create,
         super::documents::create,
+        super::documents::list,
         super::documents::get,
         super::documents::delete,
         super::jobs::list,

@@ -240,6 +240,9 @@ async fn advice_fits_the_target_from_live_latencies_and_can_be_applied() {
     assert_eq!(adv["fits"], true, "generation takes ~70 ms: {adv}");
     assert_eq!(sum, 3000, "spare time goes to generation");
     assert_eq!(adv["basis"]["llm_generate"]["samples"], 6);
+    // No reranker here: no budget proposed for it.
+    assert_eq!(adv["proposed"]["rerank"], 0, "{adv}");
+    assert_eq!(adv["basis"]["rerank"]["from"], "not configured");
     assert!(
         adv["basis"]["llm_generate"]["p95_ms"]
             .as_f64()
@@ -274,6 +277,14 @@ async fn advice_fits_the_target_from_live_latencies_and_can_be_applied() {
         .await;
     let tight: Value = r.json().await.expect("json");
     assert_eq!(tight["fits"], false);
+    // The shortfall comes out of the LLM's stages: searching still gets
+    // time (never 0 for a stage that runs).
+    for stage in ["embed", "retrieve", "llm_ttft"] {
+        assert!(
+            tight["proposed"][stage].as_u64().is_some_and(|ms| ms > 0),
+            "{stage}: {tight}"
+        );
+    }
     assert!(
         tight["expected_partial_rate"]
             .as_f64()
@@ -458,4 +469,20 @@ async fn needs_postgres_replicas_follow_a_budget_change_within_two_seconds() {
     a.shutdown().await.expect("shutdown a");
     b.shutdown().await.expect("shutdown b");
     db.drop_db().await;
+}
+
+/// Without an admin key the admin page says how to turn the admin API on,
+/// instead of a sign-in no key could pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_page_says_when_the_admin_api_is_off() {
+    let off = TestApp::builder().spawn().await;
+    let page = off.get("/admin").await.text().await.expect("page");
+    assert!(page.contains("The admin API is off"), "{page}");
+    assert!(page.contains("RAGTIME__ADMIN_KEY"));
+    assert!(!page.contains("id=\"sign-in\""));
+    off.shutdown().await.expect("shutdown");
+    let on = TestApp::builder().admin().spawn().await;
+    let page = on.get("/admin").await.text().await.expect("page");
+    assert!(page.contains("id=\"sign-in\""));
+    on.shutdown().await.expect("shutdown");
 }

@@ -50,6 +50,19 @@ async fn needs_chromium_an_admin_signs_in_changes_a_budget_and_it_is_applied() {
     let seen: Value = serde_json::from_slice(&out.stdout).expect("json from the browser");
     eprintln!("the browser saw: {seen}");
     assert_eq!(seen["wrongKey"], "wrong admin key");
+    // /docs renders its Markdown (no backticks left, `code` elements) and
+    // lists the admin routes last.
+    assert_eq!(seen["docs"]["backticks"], false, "{seen}");
+    assert!(
+        seen["docs"]["code"].as_u64().is_some_and(|n| n > 10),
+        "{seen}"
+    );
+    let tags: Vec<&str> = seen["docs"]["tags"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    assert_eq!(tags.last(), Some(&"admin"), "{seen}");
+    assert!(tags.len() > 3, "{seen}");
     assert_eq!(seen["before"], "150");
     assert!(
         seen["refused"]

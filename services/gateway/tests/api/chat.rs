@@ -156,6 +156,12 @@ async fn a_stall_mid_stream_keeps_what_was_streamed_and_ends_with_length() {
     assert_eq!(b["choices"][0]["message"]["content"], "tok0 tok1 tok2 ");
     assert_eq!(b["choices"][0]["finish_reason"], "length");
     assert_eq!(b["cached"], false);
+    // Cut before the backend's counts came: the tokens streamed, and the
+    // prompt estimated from its length (never the zeros of no answer).
+    assert_eq!(b["usage"]["completion_tokens"], 3, "{b}");
+    let prompt = b["usage"]["prompt_tokens"].as_u64().expect("prompt_tokens");
+    assert!(prompt > 10, "{b}");
+    assert_eq!(b["usage"]["total_tokens"], prompt + 3);
     assert_eq!(fake.seen().len(), 2);
     assert_eq!(
         fake.hung_up(2).await,
@@ -307,7 +313,9 @@ async fn full_answers_are_cached_for_paraphrases_until_the_corpus_changes() {
     body["filter"] = json!({"lang": "en"});
     let (b, _) = chat(&app, body).await;
     assert_eq!(b["cached"], false);
-    assert_eq!(fake.seen().len(), 3);
+    // (Nothing passes that filter: no sources, and the model is not asked
+    // to answer from nothing.)
+    assert_eq!(fake.seen().len(), 2);
 
     // Ingesting changes the corpus version: the old answer is not reused.
     let r = app
@@ -319,7 +327,7 @@ async fn full_answers_are_cached_for_paraphrases_until_the_corpus_changes() {
     assert_eq!(r.status(), 200);
     let (b, _) = chat(&app, ask("What do mitochondria produce for the cell?")).await;
     assert_eq!(b["cached"], false);
-    assert_eq!(fake.seen().len(), 4);
+    assert_eq!(fake.seen().len(), 3);
     app.shutdown().await.expect("shutdown");
 }
 
@@ -597,5 +605,74 @@ async fn the_prompt_holds_the_passages_search_returns_grouped_by_document() {
         !system.contains(&format!("\n[{}] ", results.len() + 1)),
         "the prompt holds a passage search did not return:\n{system}"
     );
+    app.shutdown().await.expect("shutdown");
+}
+
+/// A request's own small budget goes to searching first (an extractive
+/// answer needs nothing else), so it still answers from its sources; a
+/// budget over the server's total is cut to it, and the report says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_budget_still_searches_and_a_cut_budget_is_said() {
+    let fake = FakeLlm::start(Behaviour::StallBeforeFirstToken).await;
+    let app = app_with(&fake, false).await;
+    let budget_of = |b: &Value, stage: &str| -> u64 {
+        b["budget"]["stages"]
+            .as_array()
+            .and_then(|a| a.iter().find(|s| s["stage"] == stage))
+            .and_then(|s| s["budget_ms"].as_u64())
+            .unwrap_or(0)
+    };
+
+    let mut q = ask("What do mitochondria produce for the cell?");
+    q["budget_ms"] = json!(200);
+    let (b, _) = chat(&app, q).await;
+    assert_eq!(b["budget"]["total_ms"], 200, "{b}");
+    assert_eq!(b["budget"]["requested_ms"], 200);
+    // embed and retrieve (300 ms each configured) share the 200 ms (less
+    // what went by before each started); proportional shrinking gave 33.
+    assert!((95..=100).contains(&budget_of(&b, "embed")), "{b}");
+    assert!((90..=100).contains(&budget_of(&b, "retrieve")), "{b}");
+    assert_eq!(outcome(&b, "retrieve"), "ok", "{b}");
+    assert_eq!(cited(&b).first().map(String::as_str), Some("mito"), "{b}");
+
+    let mut q = ask("What do mitochondria produce for the cell?");
+    q["budget_ms"] = json!(60_000);
+    let (b, _) = chat(&app, q).await;
+    assert_eq!(b["budget"]["total_ms"], TOTAL_MS, "{b}");
+    assert_eq!(b["budget"]["requested_ms"], 60_000);
+    let (b, _) = chat(&app, ask("What do mitochondria produce for the cell?")).await;
+    assert!(b["budget"].get("requested_ms").is_none(), "{b}");
+    app.shutdown().await.expect("shutdown");
+}
+
+/// A question to a collection with nothing in it says which collection
+/// was searched; one to a collection that does not exist is a 404 naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_or_missing_collection_is_named() {
+    let fake = FakeLlm::start(Behaviour::Answer {
+        tokens: 3,
+        gap: Duration::from_millis(1),
+    })
+    .await;
+    let app = app_with(&fake, false).await;
+    let r = app
+        .post_json("/v1/collections", json!({"name": "empty"}))
+        .await;
+    assert_eq!(r.status(), 201);
+    let mut q = ask("What do mitochondria produce for the cell?");
+    q["collection"] = json!("empty");
+    let (b, _) = chat(&app, q.clone()).await;
+    let text = b["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        text.contains("No sources in collection \"empty\" matched"),
+        "{text}"
+    );
+    assert!(fake.seen().is_empty(), "no model call without sources");
+    q["collection"] = json!("nope");
+    let (s, code, _, body) = error_of(app.post_json("/v1/chat/completions", q).await).await;
+    assert_eq!((s, code.as_str()), (404, "not_found"), "{body}");
+    assert!(body.to_string().contains("nope"), "{body}");
     app.shutdown().await.expect("shutdown");
 }

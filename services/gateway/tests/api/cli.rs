@@ -27,9 +27,20 @@ fn effective(cmd: &mut Command) -> serde_json::Value {
 #[test]
 fn config_layers_defaults_then_file_then_environment() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let c = effective(&mut ragtime(dir.path()));
+    // The store is the user's, not the working folder's.
+    let home = dir.path().join("home");
+    let c = effective(
+        ragtime(dir.path())
+            .env("HOME", &home)
+            .env_remove("XDG_DATA_HOME"),
+    );
     assert_eq!(c["server"]["addr"], "127.0.0.1:8080");
-    assert_eq!(c["data_dir"], "./data");
+    assert_eq!(
+        c["data_dir"].as_str(),
+        home.join(".local/share/ragtime").to_str()
+    );
+    let c = effective(ragtime(dir.path()).env("XDG_DATA_HOME", "/xdg"));
+    assert_eq!(c["data_dir"], "/xdg/ragtime");
     assert_eq!(c["budgets"]["total_ms"], 15_000);
     assert_eq!(c["llm"]["base_url"], serde_json::Value::Null);
 

@@ -287,3 +287,83 @@ async fn an_idle_collections_indexes_are_dropped_and_load_again_when_asked() {
     let again = app.search(q).await;
     assert!(again["budget"].get("index_load_ms").is_none(), "{again}");
 }
+
+/// Every id ingest makes reads back, slashes included (a folder's files are
+/// `folder/file.md`), and a collection's documents are listed a page at a
+/// time, each page after the last id of the one before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn documents_with_slashes_in_their_ids_read_back_and_list_in_pages() {
+    let app = TestApp::builder().spawn().await;
+    let ids = ["guide/intro.html", "guide/sub/deep.md", "notes", "z/1"];
+    let documents: Vec<Value> = ids
+        .iter()
+        .map(|id| json!({"id": id, "title": format!("T {id}"), "text": format!("The text of {id} is here.")}))
+        .collect();
+    app.ingest(json!({"collection": "docs", "documents": documents}))
+        .await;
+
+    let (s, doc) = json_of(
+        app.get("/v1/documents/guide/sub/deep.md?collection=docs")
+            .await,
+    )
+    .await;
+    assert_eq!(s, 200, "{doc}");
+    assert_eq!(doc["id"], "guide/sub/deep.md");
+    let (s, doc) = json_of(
+        app.get("/v1/documents/guide%2Fintro.html?collection=docs")
+            .await,
+    )
+    .await;
+    assert_eq!((s, doc["id"].as_str()), (200, Some("guide/intro.html")));
+
+    // Two pages of two, then the end.
+    let (s, page) = json_of(app.get("/v1/documents?collection=docs&limit=2").await).await;
+    assert_eq!(s, 200, "{page}");
+    let listed = |p: &Value| -> Vec<String> {
+        p["documents"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|d| d["id"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(listed(&page), ["guide/intro.html", "guide/sub/deep.md"]);
+    assert_eq!(page["documents"][0]["title"], "T guide/intro.html");
+    assert!(
+        page["documents"][0]["chunks"].as_i64().unwrap_or(0) >= 1,
+        "{page}"
+    );
+    assert_eq!(page["next"], "guide/sub/deep.md");
+    let (_, page) = json_of(
+        app.get("/v1/documents?collection=docs&limit=2&after=guide%2Fsub%2Fdeep.md")
+            .await,
+    )
+    .await;
+    assert_eq!(listed(&page), ["notes", "z/1"]);
+    assert!(page["next"].is_null(), "{page}");
+
+    // Deleted by its slashed id, it is gone from the list.
+    let r = app
+        .http
+        .delete(app.url("/v1/documents/z/1?collection=docs"))
+        .send()
+        .await
+        .expect("delete");
+    assert_eq!(r.status(), 200);
+    let (_, page) = json_of(app.get("/v1/documents?collection=docs").await).await;
+    assert_eq!(
+        listed(&page),
+        ["guide/intro.html", "guide/sub/deep.md", "notes"]
+    );
+
+    // A bad page size names the field; an unknown collection is a 404.
+    let (s, code, field, body) =
+        error_of(app.get("/v1/documents?collection=docs&limit=0").await).await;
+    assert_eq!((s, code.as_str()), (422, "invalid_request"), "{body}");
+    assert_eq!(field.as_deref(), Some("limit"));
+    let (s, _, _, body) = error_of(app.get("/v1/documents?collection=nope").await).await;
+    assert_eq!(s, 404, "{body}");
+    app.shutdown().await.expect("shutdown");
+}

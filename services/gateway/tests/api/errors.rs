@@ -168,6 +168,7 @@ async fn every_route_refuses_bad_input_with_a_json_error() {
     let routes: &[(Method, &str, bool, bool)] = &[
         (Method::POST, "/v1/embeddings", true, false),
         (Method::POST, "/v1/documents", true, false),
+        (Method::GET, "/v1/documents", false, true),
         (Method::GET, "/v1/documents/{}", false, true),
         (Method::DELETE, "/v1/documents/{}", false, true),
         (Method::GET, "/v1/jobs", false, true),
@@ -293,5 +294,5 @@ async fn every_route_refuses_bad_input_with_a_json_error() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 79, "every route, every way it can be provoked");
+    assert_eq!(checked, 80, "every route, every way it can be provoked");
 }

@@ -24,7 +24,7 @@ async fn wait_job(
     app: &TestApp,
     id: &str,
     within: Duration,
-    until: impl Fn(&Value) -> bool,
+    mut until: impl FnMut(&Value) -> bool,
 ) -> Value {
     let deadline = Instant::now() + within;
     loop {
@@ -50,6 +50,42 @@ fn id_of(job: &Value) -> String {
 
 fn ended(j: &Value) -> bool {
     !matches!(j["status"].as_str(), Some("queued" | "running"))
+}
+
+/// A job of a few long documents moves in steps of at most 128 chunks,
+/// not in one jump at the end: a folder of long pages shows its progress
+/// and a time to go while it runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_of_few_long_documents_moves_in_steps() {
+    let app = TestApp::builder()
+        .slow_embeddings(Duration::from_millis(150))
+        .spawn()
+        .await;
+    let long = |i: usize| {
+        let text: Vec<String> = (0..3000).map(|j| format!("word{j} of page {i}.")).collect();
+        json!({"id": format!("page{i}"), "text": text.join(" ")})
+    };
+    let created = submit(
+        &app,
+        json!({"collection": "long", "async": true, "documents": (0..4).map(long).collect::<Vec<_>>()}),
+    )
+    .await;
+    let id = id_of(&created);
+    let total = created["chunks"]["total"].as_i64().unwrap_or(0);
+    assert!(total > 4 * 128 / 2, "long pages: {created}");
+    let mut eta = false;
+    let done = wait_job(&app, &id, Duration::from_secs(120), |j| {
+        let done = j["chunks"]["done"].as_i64().unwrap_or(0);
+        if j["status"] == "running" && done > 0 && done < total {
+            eta |= j["eta_seconds"].as_f64().is_some();
+        }
+        ended(j)
+    })
+    .await;
+    assert_eq!(done["status"], "done", "{done}");
+    // Seen part way, with a time to go, at least once (4 steps of ~1 s).
+    assert!(eta, "no progress seen between 0 and {total} chunks");
+    assert_eq!(done["chunks"]["done"], total);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -458,6 +458,18 @@ async fn a_tenant_may_hold_only_so_many_streams_open() {
     .await;
     let (_, acme) = new_key(&app, "acme").await;
     let (_, globex) = new_key(&app, "globex").await;
+    // Something to answer from (without sources the model is not asked).
+    for key in [&acme, &globex] {
+        let r = app
+            .http
+            .post(app.url("/v1/documents"))
+            .bearer_auth(key)
+            .json(&json!({"documents": [{"id": "d", "text": "Hello is a greeting."}]}))
+            .send()
+            .await
+            .expect("ingest");
+        assert_eq!(r.status(), 200);
+    }
     let stream = |key: &str| {
         app.http
             .post(app.url("/v1/chat/completions"))

@@ -465,10 +465,14 @@ async fn same_named_files_in_two_folders_stay_two_documents() {
         std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
         std::fs::write(&p, text).expect("write");
     }
+    // Run from another folder with no data_dir set: the default store is
+    // the user's (`$XDG_DATA_HOME/ragtime`), not the working folder's, and
+    // the command says which store it wrote to.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_ragtime"))
         .args(["ingest", "--collection", "site", "docs"])
         .current_dir(dir.path())
-        .env("RAGTIME__DATA_DIR", data.path())
+        .env("XDG_DATA_HOME", data.path())
+        .env_remove("RAGTIME__DATA_DIR")
         .env_remove("RAGTIME__DATABASE_URL")
         .output()
         .expect("run ragtime ingest");
@@ -478,13 +482,21 @@ async fn same_named_files_in_two_folders_stay_two_documents() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let store = data.path().join("ragtime");
     assert!(
-        stdout.contains("ingested 2 documents into \"site\""),
+        stdout.contains(&format!(
+            "ingested 2 documents into \"site\" of the SQLite store in {}",
+            store.display()
+        )),
         "{stdout}"
+    );
+    assert!(
+        !dir.path().join("data").exists(),
+        "nothing in the working folder"
     );
     let app = TestApp::builder()
         .real_embeddings()
-        .data_dir(data.path())
+        .data_dir(&store)
         .spawn()
         .await;
     app.wait_ready().await;

@@ -60,7 +60,16 @@ const { chromium } = require("playwright-core");
     await page.screenshot({ path: shots + "/admin.png", fullPage: true });
     await page.click("#exp-stop");
     await page.waitForSelector("#experiment-form:not([hidden])");
+    // The API reference: Markdown rendered, the user's routes first.
+    await page.goto(base + "/docs");
+    await page.waitForSelector("#ops details");
+    const docs = await page.evaluate(() => ({
+      tags: [...document.querySelectorAll("#ops h2")].map((h) => h.textContent),
+      backticks: [...document.querySelectorAll("#intro, #ops")].some((e) => e.textContent.includes("`")),
+      code: document.querySelectorAll("#ops code, #intro code").length,
+    }));
     console.log(JSON.stringify({
+      docs,
       wrongKey, before, refused, versionAfterRefusal, saved, chart, offsite, badShare, arms, backends, levels, tenants,
       embed: await page.inputValue("#budget-embed"),
       history: await page.$$eval("#history tr", (rows) => rows.length),

@@ -159,10 +159,21 @@ pub async fn advice(
     }
     let w = &state.metrics.window;
     let samples = Stage::ALL.iter().map(|s| (*s, w.samples(*s))).collect();
+    // Stages this server does not run get no budget in the advice.
+    let (rerank, cache) = (
+        state.config.rerank.model_dir.is_some(),
+        state.config.cache.enabled,
+    );
+    let runs = move |s: Stage| match s {
+        Stage::Rerank => rerank,
+        Stage::Cache => cache,
+        _ => true,
+    };
     Ok(Json(advise(
         &current,
         &samples,
         target,
         w.window().as_secs(),
+        &runs,
     )))
 }
