@@ -490,3 +490,68 @@ async fn a_backend_that_is_starting_is_not_a_warning_until_it_was_up() {
         "{seen:?}"
     );
 }
+
+/// The first request it gets streams a long answer; every later one stalls
+/// before its first token (a backend busy with one long generation).
+struct OneStreams {
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait]
+impl Generator for OneStreams {
+    fn address(&self) -> &str {
+        "one-streams"
+    }
+
+    async fn generate(&self, _: GenRequest) -> Result<TokenStream, StageError> {
+        use futures::StreamExt;
+        let first = self.calls.fetch_add(1, std::sync::atomic::Ordering::AcqRel) == 0;
+        let tokens: Vec<_> = if first {
+            (0..200).collect()
+        } else {
+            Vec::new()
+        };
+        let stalls = (!first).then_some(());
+        let s = futures::stream::iter(tokens)
+            .then(|i| async move {
+                tokio::time::sleep(20 * MS).await;
+                Ok(ragtime_core::GenEvent::Delta(format!("w{i} ")))
+            })
+            .chain(futures::stream::iter(stalls).then(|()| async {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                Err(StageError::Backend("stalled".into()))
+            }));
+        Ok(s.boxed())
+    }
+}
+
+/// Late first tokens from a backend that is streaming other answers are a
+/// busy backend, not a dead one: its breaker stays closed. The same
+/// timeouts with nothing streaming open it.
+#[tokio::test(start_paused = true)]
+async fn late_first_tokens_open_the_breaker_only_when_nothing_streams() {
+    let g = Arc::new(OneStreams {
+        calls: std::sync::atomic::AtomicUsize::new(0),
+    });
+    let b = backend("busy", g, 4, 1.0);
+    let w = world(vec![b.clone()], HedgePolicy::default());
+    let streaming = {
+        let w = w.clone();
+        tokio::spawn(async move { w.ask(input("insulin", 0)).await })
+    };
+    tokio::time::sleep(200 * MS).await;
+    let late = futures::future::join_all((0..3).map(|_| w.ask(input("insulin", 0)))).await;
+    for a in &late {
+        assert_eq!(a.partial_reason, Some(PartialReason::Stage(Stage::LlmTtft)));
+    }
+    assert_eq!(b.breaker.state(), BreakerState::Closed, "it was streaming");
+    let a = streaming.await.expect("join");
+    assert!(a.text.starts_with("w0 w1 "), "{}", a.text);
+
+    // Nothing streams now: three late first tokens open it.
+    for _ in 0..3 {
+        let a = w.ask(input("insulin", 0)).await;
+        assert_eq!(a.partial_reason, Some(PartialReason::Stage(Stage::LlmTtft)));
+    }
+    assert_eq!(b.breaker.state(), BreakerState::Open);
+}

@@ -57,6 +57,8 @@ pub struct Backend {
     /// Requests answered without asking it: its breaker was open and no
     /// other backend could take them.
     skipped: AtomicU64,
+    /// When it last sent a token, for any request.
+    last_token: Mutex<Option<tokio::time::Instant>>,
 }
 
 impl Backend {
@@ -72,6 +74,7 @@ impl Backend {
             breaker,
             ttft: Mutex::new(VecDeque::new()),
             skipped: AtomicU64::new(0),
+            last_token: Mutex::new(None),
         })
     }
 
@@ -108,6 +111,23 @@ impl Backend {
     }
 
     /// A first token came `after` the call (queueing not included).
+    /// A token came from it (any request's).
+    pub fn saw_token(&self) {
+        *self
+            .last_token
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(tokio::time::Instant::now());
+    }
+
+    /// Whether it sent a token, for any request, since `at`: a backend
+    /// that streams is alive, however late one request's first token.
+    pub fn token_since(&self, at: tokio::time::Instant) -> bool {
+        self.last_token
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some_and(|t| t >= at)
+    }
+
     pub fn record_ttft(&self, after: Duration) {
         let mut q = self.ttft.lock().unwrap_or_else(PoisonError::into_inner);
         q.push_back(after.as_secs_f64());

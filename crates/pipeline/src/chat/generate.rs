@@ -114,6 +114,7 @@ async fn attempt(
         let mut stream = backend.generator.generate(request).await?;
         while let Some(ev) = stream.next().await {
             if let GenEvent::Delta(first) = ev? {
+                backend.saw_token();
                 return Ok((stream, first));
             }
         }
@@ -315,6 +316,7 @@ pub(super) async fn rest(
     let _ = guard.push(&first);
     let client_gone = !out.send(first).await;
     let st = &mut s;
+    let alive = &backend;
     let run = budget
         .run(Stage::LlmGenerate, |ctx| async move {
             ctx.keep((), "1 token streamed");
@@ -325,6 +327,7 @@ pub(super) async fn rest(
                 let ev = ev.inspect_err(|e| st.error = Some(e.to_string()))?;
                 match ev {
                     GenEvent::Delta(t) => {
+                        alive.saw_token();
                         if let Some(at) = guard.push(&t) {
                             // Stop (dropping the stream cancels the
                             // backend's request); the loop's repeats

@@ -729,10 +729,16 @@ struct Missed {
 }
 
 /// No first token: the backends that had the request are told (breaker,
-/// and — a timeout on their side, queueing excluded — slow prefill).
+/// and — a timeout on their side, queueing excluded — slow prefill). A
+/// timeout counts against the breaker only when the backend sent no token
+/// at all, for any request, while this one waited: a backend that streams
+/// is busy, not down, and opening its breaker would turn every request
+/// away (extractive) until the cool-down instead of shedding by its wait.
 fn tell_backends(m: Missed) {
     for (b, called) in &m.attempts.pending {
-        b.breaker.failure();
+        if m.outcome != Outcome::Timeout || !b.token_since(*called) {
+            b.breaker.failure();
+        }
         if m.outcome == Outcome::Timeout {
             b.stats
                 .observe_timeout(m.prompt_tokens as u32, called.elapsed());
