@@ -60,6 +60,8 @@ const { chromium } = require("playwright-core");
     await page.screenshot({ path: shots + "/admin.png", fullPage: true });
     await page.click("#exp-stop");
     await page.waitForSelector("#experiment-form:not([hidden])");
+    const embed = await page.inputValue("#budget-embed");
+    const history = await page.$$eval("#history tr", (rows) => rows.length);
     // The API reference: Markdown rendered, the user's routes first.
     await page.goto(base + "/docs");
     await page.waitForSelector("#ops details");
@@ -71,8 +73,8 @@ const { chromium } = require("playwright-core");
     console.log(JSON.stringify({
       docs,
       wrongKey, before, refused, versionAfterRefusal, saved, chart, offsite, badShare, arms, backends, levels, tenants,
-      embed: await page.inputValue("#budget-embed"),
-      history: await page.$$eval("#history tr", (rows) => rows.length),
+      embed,
+      history,
     }));
   } finally {
     await browser.close();
