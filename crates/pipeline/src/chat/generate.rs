@@ -110,18 +110,7 @@ async fn attempt(
     if let Some(tx) = called {
         let _ = tx.send(at);
     }
-    let first = async {
-        let mut stream = backend.generator.generate(request).await?;
-        while let Some(ev) = stream.next().await {
-            if let GenEvent::Delta(first) = ev? {
-                backend.saw_token();
-                return Ok((stream, first));
-            }
-        }
-        Err(StageError::Backend("the model returned no text".into()))
-    }
-    .instrument(span)
-    .await;
+    let first = first_text(&backend, request).instrument(span).await;
     let done = |l: &mut Attempts| {
         l.pending
             .retain(|(b, t)| !(Arc::ptr_eq(b, &backend) && *t == at))
@@ -147,6 +136,21 @@ async fn attempt(
             Err(StageError::Backend(format!("{}: {e}", backend.name())))
         }
     }
+}
+
+/// The backend's stream, read up to its first text.
+async fn first_text(
+    backend: &Backend,
+    request: GenRequest,
+) -> Result<(TokenStream, String), StageError> {
+    let mut stream = backend.generator.generate(request).await?;
+    while let Some(ev) = stream.next().await {
+        if let GenEvent::Delta(first) = ev? {
+            backend.saw_token();
+            return Ok((stream, first));
+        }
+    }
+    Err(StageError::Backend("the model returned no text".into()))
 }
 
 /// The first success of two; the loser is dropped (which cancels it).

@@ -30,6 +30,14 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(metrics::metrics))
         .route("/openapi.json", get(openapi::document_json))
         .route("/docs", get(openapi::docs))
+        .merge(v1())
+        .merge(admin())
+        .with_state(state)
+}
+
+/// The user's API.
+fn v1() -> Router<Arc<AppState>> {
+    Router::new()
         .route("/v1/embeddings", post(embeddings::create))
         .route(
             "/v1/documents",
@@ -54,6 +62,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/search", post(search::search))
         .route("/v1/chat/completions", post(chat::completions))
         .route("/v1/models", get(chat::models))
+}
+
+/// The operators' API and page.
+fn admin() -> Router<Arc<AppState>> {
+    Router::new()
         .route("/admin", get(admin::page::page))
         .route("/admin/stats", get(admin::stats::stats))
         .route("/admin/collections", get(admin::collections::list))
@@ -95,7 +108,6 @@ pub fn router(state: Arc<AppState>) -> Router {
                 .post(admin::experiments::start)
                 .delete(admin::experiments::stop),
         )
-        .with_state(state)
 }
 
 /// A JSON answer with a `Server-Timing` header from its budget report.
