@@ -15,4 +15,8 @@ pub enum StageError {
     /// The stage's queue is full: try again shortly.
     #[error("busy: {0}")]
     Busy(String),
+    /// The work saw it could not finish before its deadline and stopped
+    /// early (the reason says what it saw); a timeout, not a failure.
+    #[error("{0}")]
+    Late(String),
 }

@@ -211,4 +211,8 @@ pub enum GenEvent {
     Finish(String),
     /// Token counts (most backends send them last).
     Usage(Usage),
+    /// How far the backend has read the prompt, before the first token
+    /// (llama.cpp's `prompt_progress`): `processed` of `total` tokens,
+    /// those it had cached included.
+    Progress { processed: u32, total: u32 },
 }

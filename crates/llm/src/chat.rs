@@ -41,7 +41,16 @@ struct Chunk {
     usage: Option<Counts>,
     /// llama.cpp reports token counts here.
     timings: Option<Timings>,
+    /// llama.cpp, asked with `return_progress`: how far it has read the
+    /// prompt.
+    prompt_progress: Option<Progress>,
     error: Option<ErrorBody>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Progress {
+    total: u32,
+    processed: u32,
 }
 
 #[derive(Debug, Deserialize)]
@@ -84,6 +93,12 @@ fn parse(data: &str) -> Result<Vec<GenEvent>, LlmError> {
         ));
     }
     let mut evs = Vec::new();
+    if let Some(p) = c.prompt_progress {
+        evs.push(GenEvent::Progress {
+            processed: p.processed,
+            total: p.total,
+        });
+    }
     if let Some(choice) = c.choices.into_iter().next() {
         if let Some(text) = choice.delta.content.filter(|t| !t.is_empty()) {
             evs.push(GenEvent::Delta(text));
@@ -177,6 +192,9 @@ impl LlmClient {
         if let Some(p) = req.frequency_penalty {
             body["frequency_penalty"] = json!(p);
         }
+        if self.streams_progress() {
+            body["return_progress"] = json!(true);
+        }
         let mut http = self
             .http()
             .post(format!("{}/chat/completions", self.base_url()))
@@ -258,6 +276,27 @@ mod tests {
                     prompt_tokens: 12,
                     completion_tokens: 2
                 })),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn llama_cpp_prompt_progress_is_an_event() {
+        let got = collect(concat!(
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":null}}],",
+            "\"prompt_progress\":{\"total\":900,\"cache\":100,\"processed\":612,\"time_ms\":1800}}\n\n",
+            "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\n",
+            "data: [DONE]\n\n",
+        ))
+        .await;
+        assert_eq!(
+            got,
+            vec![
+                Ok(GenEvent::Progress {
+                    processed: 612,
+                    total: 900
+                }),
+                Ok(GenEvent::Delta("Hi".into())),
             ]
         );
     }

@@ -1,3 +1,4 @@
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// A pooled HTTP client for one OpenAI-compatible backend.
@@ -6,6 +7,11 @@ pub struct LlmClient {
     http: reqwest::Client,
     base_url: String,
     api_key: Option<String>,
+    /// Whether the backend streams prompt progress (llama.cpp's
+    /// `return_progress`), found out once (see [`LlmClient::check`]);
+    /// unknown until then, and never assumed: other servers may refuse
+    /// a field they do not know.
+    progress: Arc<OnceLock<bool>>,
 }
 
 impl LlmClient {
@@ -23,7 +29,42 @@ impl LlmClient {
             http,
             base_url: base_url.trim_end_matches('/').to_owned(),
             api_key,
+            progress: Arc::new(OnceLock::new()),
         }
+    }
+
+    /// Whether requests ask for prompt progress: known to be supported.
+    pub fn streams_progress(&self) -> bool {
+        self.progress.get().copied().unwrap_or(false)
+    }
+
+    /// Finds out once whether the backend is llama.cpp's server, which
+    /// streams prompt progress when asked: its `GET /props` (beside
+    /// `/v1`) answers with `default_generation_settings`. Any other
+    /// answer means no.
+    async fn learn_progress(&self) {
+        if self.progress.get().is_some() {
+            return;
+        }
+        let Some(root) = self.base_url.strip_suffix("/v1") else {
+            let _ = self.progress.set(false);
+            return;
+        };
+        let mut req = self
+            .http
+            .get(format!("{root}/props"))
+            .timeout(Duration::from_secs(2));
+        if let Some(key) = &self.api_key {
+            req = req.bearer_auth(key);
+        }
+        let props = match req.send().await {
+            Ok(r) if r.status().is_success() => r.json::<serde_json::Value>().await.ok(),
+            Ok(_) => None,
+            // Unreachable: ask again at the next check.
+            Err(_) => return,
+        };
+        let llama = props.is_some_and(|p| p.get("default_generation_settings").is_some());
+        let _ = self.progress.set(llama);
     }
 
     pub fn base_url(&self) -> &str {
@@ -39,8 +80,18 @@ impl LlmClient {
     }
 
     /// Is the backend up and serving? Asks `GET /models`, which every
-    /// OpenAI-compatible server answers, and returns the model ids.
+    /// OpenAI-compatible server answers, and returns the model ids. The
+    /// first check that reaches it also finds out whether it streams
+    /// prompt progress.
     pub async fn check(&self, timeout: Duration) -> Result<Vec<String>, String> {
+        let models = self.models(timeout).await;
+        if models.is_ok() {
+            self.learn_progress().await;
+        }
+        models
+    }
+
+    async fn models(&self, timeout: Duration) -> Result<Vec<String>, String> {
         let mut req = self
             .http
             .get(format!("{}/models", self.base_url))

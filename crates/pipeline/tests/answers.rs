@@ -42,6 +42,7 @@ fn corpus(e: &HashEmbedder) -> MemoryRetriever {
 /// A backend that answers `text`, word by word.
 fn says(text: &str) -> Arc<ScriptedGenerator> {
     Arc::new(ScriptedGenerator::new(Script {
+        progress: Vec::new(),
         ttft: 200 * MS,
         tokens: text.split_inclusive(' ').map(str::to_owned).collect(),
         gap: 10 * MS,

@@ -555,3 +555,69 @@ async fn late_first_tokens_open_the_breaker_only_when_nothing_streams() {
     }
     assert_eq!(b.breaker.state(), BreakerState::Open);
 }
+
+/// A backend that streams its prompt progress and reads too slowly for the
+/// first token to come within `llm_ttft` is cut over as soon as the rate
+/// shows it — not at the deadline — and the report says it was predicted;
+/// its slot is free at once and its breaker untouched. One without
+/// progress is waited out to the deadline, as before; one whose progress
+/// promised a fast prefill and then stalled still ends at the deadline.
+#[tokio::test(start_paused = true)]
+async fn a_prefill_that_will_miss_its_first_token_deadline_is_cut_over_early() {
+    // 2,000 prompt tokens at 500 a second: a first token after 4 s; the
+    // budget gives 1 s.
+    let slow = Arc::new(ScriptedGenerator::new(
+        Script::tokens(3, 100 * MS, 10 * MS).reading(2000, 500.0, 200 * MS),
+    ));
+    let b = backend("reading", slow, 1, 1.0);
+    let w = world(vec![b.clone()], HedgePolicy::default());
+    let a = w.ask(input("insulin", 0)).await;
+    assert_eq!(a.partial_reason, Some(PartialReason::Stage(Stage::LlmTtft)));
+    let (outcome, elapsed, budget) = stage(&a, Stage::LlmTtft);
+    assert_eq!(outcome, Outcome::Timeout);
+    assert!(
+        elapsed <= 250 && budget >= 900,
+        "cut at {elapsed} of {budget} ms"
+    );
+    let detail = a
+        .report
+        .stage(Stage::LlmTtft)
+        .and_then(|s| s.detail.clone())
+        .unwrap_or_default();
+    assert!(detail.contains("predicted"), "{detail}");
+    assert_eq!(b.gate.state().busy, 0, "the request was dropped");
+    assert_eq!(b.breaker.state(), BreakerState::Closed);
+
+    // No progress: the same backend speed is only known at the deadline.
+    let quiet = Arc::new(ScriptedGenerator::new(Script::tokens(
+        3,
+        4000 * MS,
+        10 * MS,
+    )));
+    let w = world(
+        vec![backend("quiet", quiet, 1, 1.0)],
+        HedgePolicy::default(),
+    );
+    let a = w.ask(input("insulin", 0)).await;
+    let (outcome, elapsed, budget) = stage(&a, Stage::LlmTtft);
+    assert_eq!(outcome, Outcome::Timeout);
+    assert!(
+        elapsed + 5 >= budget,
+        "waited out: {elapsed} of {budget} ms"
+    );
+
+    // Progress that promises a fast prefill, then nothing: the deadline.
+    let liar = Arc::new(ScriptedGenerator::new(Script {
+        progress: vec![(Duration::ZERO, 0, 2000), (100 * MS, 1000, 2000)],
+        ..Script::tokens(3, Duration::from_secs(3600), 10 * MS)
+    }));
+    let w = world(vec![backend("liar", liar, 1, 1.0)], HedgePolicy::default());
+    let a = w.ask(input("insulin", 0)).await;
+    let (outcome, elapsed, budget) = stage(&a, Stage::LlmTtft);
+    assert_eq!(outcome, Outcome::Timeout);
+    assert!(
+        elapsed + 5 >= budget && elapsed <= budget + 5,
+        "{elapsed} of {budget} ms"
+    );
+    assert_eq!(a.partial_reason, Some(PartialReason::Stage(Stage::LlmTtft)));
+}

@@ -339,7 +339,11 @@ pub enum End {
 /// What a [`ScriptedGenerator`] does on each request.
 #[derive(Debug, Clone)]
 pub struct Script {
-    /// Before the first token.
+    /// Prompt progress before the first token (llama.cpp's): each event
+    /// after its wait, `processed` of `total` tokens. Empty: a backend
+    /// that does not report it.
+    pub progress: Vec<(Duration, u32, u32)>,
+    /// Before the first token (after the last progress event).
     pub ttft: Duration,
     pub tokens: Vec<String>,
     /// Between tokens.
@@ -351,11 +355,26 @@ impl Script {
     /// `n` tokens (`tok0 tok1 …`), the first after `ttft`, then `gap` apart.
     pub fn tokens(n: usize, ttft: Duration, gap: Duration) -> Self {
         Self {
+            progress: Vec::new(),
             ttft,
             tokens: (0..n).map(|i| format!("tok{i} ")).collect(),
             gap,
             end: End::Done("stop"),
         }
+    }
+
+    /// Reports reading a `total`-token prompt at `tokens_per_s`, an event
+    /// every `every`, before the first token (which then comes after
+    /// `ttft`).
+    pub fn reading(mut self, total: u32, tokens_per_s: f64, every: Duration) -> Self {
+        let step = ((tokens_per_s * every.as_secs_f64()) as u32).max(1);
+        let mut processed = 0;
+        self.progress.push((Duration::ZERO, 0, total));
+        while processed < total {
+            processed = (processed + step).min(total);
+            self.progress.push((every, processed, total));
+        }
+        self
     }
 
     pub fn ending(mut self, end: End) -> Self {
@@ -400,11 +419,16 @@ impl Generator for ScriptedGenerator {
         let s = self.script.clone();
         let n = s.tokens.len() as u32;
         let mut events: Vec<(Duration, Result<GenEvent, StageError>)> = s
-            .tokens
-            .into_iter()
-            .enumerate()
-            .map(|(i, t)| (if i == 0 { s.ttft } else { s.gap }, Ok(GenEvent::Delta(t))))
+            .progress
+            .iter()
+            .map(|&(wait, processed, total)| (wait, Ok(GenEvent::Progress { processed, total })))
             .collect();
+        events.extend(
+            s.tokens
+                .into_iter()
+                .enumerate()
+                .map(|(i, t)| (if i == 0 { s.ttft } else { s.gap }, Ok(GenEvent::Delta(t)))),
+        );
         match s.end {
             End::Done(reason) => {
                 events.push((s.gap, Ok(GenEvent::Finish(reason.into()))));

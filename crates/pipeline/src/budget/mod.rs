@@ -463,6 +463,7 @@ where
             Outcome::Timeout,
             format!("overran its {} ms budget", ms(budget)),
         ),
+        (Ok(Err(StageError::Late(why))), None) => Attempt::Nothing(Outcome::Timeout, why),
         (Ok(Err(e)), None) => Attempt::Nothing(Outcome::Error, e.to_string()),
     }
 }

@@ -110,7 +110,9 @@ async fn attempt(
     if let Some(tx) = called {
         let _ = tx.send(at);
     }
-    let first = first_text(&backend, request).instrument(span).await;
+    let first = first_text(&backend, request, ask.deadline)
+        .instrument(span)
+        .await;
     let done = |l: &mut Attempts| {
         l.pending
             .retain(|(b, t)| !(Arc::ptr_eq(b, &backend) && *t == at))
@@ -130,6 +132,11 @@ async fn attempt(
                 span: call_span,
             })
         }
+        // Predicted late: alive and reading, so not the breaker's business.
+        Err(e @ StageError::Late(_)) => {
+            done(&mut log(journal));
+            Err(e)
+        }
         Err(e) => {
             done(&mut log(journal));
             backend.breaker.failure();
@@ -138,16 +145,47 @@ async fn attempt(
     }
 }
 
-/// The backend's stream, read up to its first text.
+/// The backend's stream, read up to its first text. A backend that
+/// streams its prompt progress is read as it goes: once the tokens left at
+/// the rate this very prefill has shown would bring the first token past
+/// `deadline`, the request is dropped there (freeing its slot) rather
+/// than waited out — a `Late` error, a timeout of the stage that says it
+/// was predicted, and the backend learns that prefill is at least that
+/// slow. Without progress events, only the deadline ends the wait.
 async fn first_text(
     backend: &Backend,
     request: GenRequest,
+    deadline: Instant,
 ) -> Result<(TokenStream, String), StageError> {
     let mut stream = backend.generator.generate(request).await?;
+    let called = Instant::now();
+    let mut since: Option<(Instant, u32)> = None;
     while let Some(ev) = stream.next().await {
-        if let GenEvent::Delta(first) = ev? {
-            backend.saw_token();
-            return Ok((stream, first));
+        match ev? {
+            GenEvent::Delta(first) => {
+                backend.saw_token();
+                return Ok((stream, first));
+            }
+            GenEvent::Progress { processed, total } => {
+                let now = Instant::now();
+                backend.saw_token();
+                let Some((t0, p0)) = since.filter(|(_, p0)| processed > *p0) else {
+                    since.get_or_insert((now, processed));
+                    continue;
+                };
+                let rate = f64::from(processed - p0) / (now - t0).as_secs_f64().max(1e-6);
+                let left = f64::from(total.saturating_sub(processed)) / rate;
+                let first_at = now + Duration::from_secs_f64(left.min(3600.0));
+                if first_at > deadline {
+                    let predicted = first_at - called;
+                    backend.stats.observe_timeout(total, predicted);
+                    return Err(StageError::Late(format!(
+                        "first token predicted after {} ms, past the budget: {processed} of {total} prompt tokens read at {rate:.0} tokens/s",
+                        predicted.as_millis()
+                    )));
+                }
+            }
+            _ => {}
         }
     }
     Err(StageError::Backend("the model returned no text".into()))
@@ -354,6 +392,7 @@ pub(super) async fn rest(
                     }
                     GenEvent::Finish(r) => st.finish = Some(r),
                     GenEvent::Usage(u) => st.usage = Some(u),
+                    GenEvent::Progress { .. } => {}
                 }
             }
             Ok(Done::Full(()))
