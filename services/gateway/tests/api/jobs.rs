@@ -614,11 +614,34 @@ async fn ragtime_ingest_with_a_server_sends_jobs_and_follows_them_to_the_end() {
         .as_str()
         .unwrap_or_default();
     assert!(first.ends_with("n17.md"), "{found}");
-    // Sent again: nothing re-embedded.
-    let out = tokio::task::spawn_blocking(move || run(args))
-        .await
-        .expect("join");
-    assert!(String::from_utf8_lossy(&out.stdout).contains("(0 created, 0 replaced, 40 unchanged"));
+    // Sent again, from another folder, the server named without a scheme
+    // (`127.0.0.1:8080` means http): nothing re-embedded.
+    let mut again = args.clone();
+    again[2] = server.trim_start_matches("http://").to_owned();
+    let elsewhere = tempfile::tempdir().expect("tempdir");
+    let cwd = elsewhere.path().to_owned();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_ragtime"))
+            .args(again)
+            .current_dir(cwd)
+            .env_remove("RAGTIME_SERVER")
+            .env_remove("RAGTIME_API_KEY")
+            .output()
+            .expect("run ragtime ingest")
+    })
+    .await
+    .expect("join");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("(0 created, 0 replaced, 40 unchanged"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_dir(elsewhere.path())
+            .map(|d| d.count())
+            .unwrap_or(1),
+        0
+    );
     // A server that is not there: a clear failure.
     let file = notes.join("n00.md");
     let out = tokio::task::spawn_blocking(move || {
@@ -751,5 +774,37 @@ async fn held_jobs_are_bounded_per_tenant_and_in_bytes() {
         .await
         .expect("post");
     assert_eq!(r.status(), 202, "within both bounds");
+    app.shutdown().await.expect("shutdown");
+}
+
+/// A server that wants a key, asked without one: the command fails naming
+/// its own flag and variable, not an HTTP header.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ragtime_ingest_without_a_key_names_the_flag() {
+    let app = TestApp::builder()
+        .config(|c| c.auth.require_api_key = true)
+        .spawn()
+        .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("note.md");
+    std::fs::write(&file, "# A note\n\nSomething to send.").expect("write");
+    let server = app.url("");
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_ragtime"))
+            .args(["ingest", "--server", &server])
+            .arg(&file)
+            .env_remove("RAGTIME_SERVER")
+            .env_remove("RAGTIME_API_KEY")
+            .output()
+            .expect("run ragtime ingest")
+    })
+    .await
+    .expect("join");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--api-key") && stderr.contains("RAGTIME_API_KEY"),
+        "{stderr}"
+    );
     app.shutdown().await.expect("shutdown");
 }
