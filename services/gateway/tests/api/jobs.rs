@@ -557,6 +557,22 @@ async fn a_job_killed_mid_way_keeps_every_counted_document_whole_and_searchable(
     );
 }
 
+/// Runs the `ragtime` binary with `args` in `cwd` (a folder of the
+/// test's, not the checkout), without the caller's server or key.
+async fn ragtime(args: Vec<String>, cwd: std::path::PathBuf) -> std::process::Output {
+    tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_ragtime"))
+            .args(args)
+            .current_dir(cwd)
+            .env_remove("RAGTIME_SERVER")
+            .env_remove("RAGTIME_API_KEY")
+            .output()
+            .expect("run ragtime")
+    })
+    .await
+    .expect("join")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ragtime_ingest_with_a_server_sends_jobs_and_follows_them_to_the_end() {
     let app = TestApp::builder()
@@ -574,28 +590,14 @@ async fn ragtime_ingest_with_a_server_sends_jobs_and_follows_them_to_the_end() {
         .expect("write");
     }
     let server = app.url("");
-    let run = move |args: Vec<String>| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_ragtime"))
-            .args(args)
-            .env_remove("RAGTIME_SERVER")
-            .env_remove("RAGTIME_API_KEY")
-            .output()
-            .expect("run ragtime ingest")
+    let args = |server: &str| -> Vec<String> {
+        ["ingest", "--server", server, "--collection", "pottery"]
+            .iter()
+            .map(|a| (*a).to_owned())
+            .chain([notes.display().to_string()])
+            .collect()
     };
-    let args = vec![
-        "ingest".to_owned(),
-        "--server".to_owned(),
-        server.clone(),
-        "--collection".to_owned(),
-        "pottery".to_owned(),
-        notes.display().to_string(),
-    ];
-    let out = tokio::task::spawn_blocking({
-        let args = args.clone();
-        move || run(args)
-    })
-    .await
-    .expect("join");
+    let out = ragtime(args(&server), dir.path().to_owned()).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -615,44 +617,27 @@ async fn ragtime_ingest_with_a_server_sends_jobs_and_follows_them_to_the_end() {
         .unwrap_or_default();
     assert!(first.ends_with("n17.md"), "{found}");
     // Sent again, from another folder, the server named without a scheme
-    // (`127.0.0.1:8080` means http): nothing re-embedded.
-    let mut again = args.clone();
-    again[2] = server.trim_start_matches("http://").to_owned();
+    // (`127.0.0.1:8080` means http): nothing re-embedded, nothing written
+    // where it ran.
     let elsewhere = tempfile::tempdir().expect("tempdir");
-    let cwd = elsewhere.path().to_owned();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_ragtime"))
-            .args(again)
-            .current_dir(cwd)
-            .env_remove("RAGTIME_SERVER")
-            .env_remove("RAGTIME_API_KEY")
-            .output()
-            .expect("run ragtime ingest")
-    })
-    .await
-    .expect("join");
+    let bare = server.trim_start_matches("http://");
+    let out = ragtime(args(bare), elsewhere.path().to_owned()).await;
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("(0 created, 0 replaced, 40 unchanged"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(
-        std::fs::read_dir(elsewhere.path())
-            .map(|d| d.count())
-            .unwrap_or(1),
-        0
-    );
+    let written = std::fs::read_dir(elsewhere.path()).map_or(1, |d| d.count());
+    assert_eq!(written, 0);
     // A server that is not there: a clear failure.
-    let file = notes.join("n00.md");
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_ragtime"))
-            .args(["ingest", "--server", "http://127.0.0.1:9"])
-            .arg(file)
-            .output()
-            .expect("run")
-    })
-    .await
-    .expect("join");
+    let file = notes.join("n00.md").display().to_string();
+    let gone = vec![
+        "ingest".into(),
+        "--server".into(),
+        "http://127.0.0.1:9".into(),
+        file,
+    ];
+    let out = ragtime(gone, dir.path().to_owned()).await;
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -788,18 +773,13 @@ async fn ragtime_ingest_without_a_key_names_the_flag() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("note.md");
     std::fs::write(&file, "# A note\n\nSomething to send.").expect("write");
-    let server = app.url("");
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_ragtime"))
-            .args(["ingest", "--server", &server])
-            .arg(&file)
-            .env_remove("RAGTIME_SERVER")
-            .env_remove("RAGTIME_API_KEY")
-            .output()
-            .expect("run ragtime ingest")
-    })
-    .await
-    .expect("join");
+    let args = vec![
+        "ingest".into(),
+        "--server".into(),
+        app.url(""),
+        file.display().to_string(),
+    ];
+    let out = ragtime(args, dir.path().to_owned()).await;
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
