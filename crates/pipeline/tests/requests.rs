@@ -324,6 +324,36 @@ async fn a_chat_streams_the_answer_and_a_paraphrase_is_answered_from_the_cache()
     assert_eq!(g.requests().len(), 2);
 }
 
+/// Without sources the model is not asked, and the answer says why there
+/// are none: nothing matched in the collection, or the search itself ran
+/// out of time (not the sources' fault).
+#[tokio::test(start_paused = true)]
+async fn without_sources_the_answer_says_whether_the_search_finished() {
+    let e = HashEmbedder::new(64);
+    let g = Arc::new(ScriptedGenerator::new(Script::tokens(3, 100 * MS, MS)));
+    let (backends, _) = one_backend(g.clone(), 2);
+    let levels = no_levels();
+    let empty = MemoryRetriever::new(&e, Vec::new());
+    let deps = chat_deps(&e, &empty, &backends, &levels, None);
+    let (a, text) = chat_turn(&deps, &input("insulin signalling", vec![]), &profile()).await;
+    assert_eq!(text, "No sources in collection \"c\" matched the question.");
+    assert!(!a.partial, "{:?}", a.report);
+    let mut slow = corpus(&e);
+    slow.dense.delay = Duration::from_secs(5);
+    slow.lexical.delay = Duration::from_secs(5);
+    let deps = chat_deps(&e, &slow, &backends, &levels, None);
+    let (a, text) = chat_turn(&deps, &input("insulin signalling", vec![]), &profile()).await;
+    assert!(
+        text.starts_with("The search of collection \"c\" did not finish in time"),
+        "{text}"
+    );
+    assert_eq!(
+        a.partial_reason,
+        Some(PartialReason::Stage(Stage::Retrieve))
+    );
+    assert!(g.requests().is_empty(), "the model was not asked");
+}
+
 #[tokio::test(start_paused = true)]
 async fn no_first_token_in_time_gives_the_extractive_answer_at_the_ttft_deadline() {
     let e = HashEmbedder::new(64);

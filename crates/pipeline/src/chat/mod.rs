@@ -475,11 +475,18 @@ async fn quote(t: &Turn<'_>, ranked: &[(usize, &Passage)], why: Why) -> String {
     } = *t;
     if ranked.is_empty() {
         // Name where it looked: a question sent to the wrong (or an
-        // empty) collection reads differently from one nothing answers.
-        let body = format!(
-            "No sources in collection {:?} matched the question.",
-            input.scope.collection
-        );
+        // empty) collection reads differently from one nothing answers;
+        // and a search cut short is not the sources' fault.
+        let c = &input.scope.collection;
+        let searched = budget
+            .report()
+            .stage(Stage::Retrieve)
+            .is_none_or(|r| !r.outcome.is_degraded());
+        let body = if searched {
+            format!("No sources in collection {c:?} matched the question.")
+        } else {
+            format!("The search of collection {c:?} did not finish in time: no sources to quote.")
+        };
         return extractive::with_note(body, why);
     }
     let time = budget.remaining().min(EXTRACTIVE_EMBED);
