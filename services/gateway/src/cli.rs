@@ -45,12 +45,8 @@ pub async fn ingest_files(
     let t0 = std::time::Instant::now();
     let (mut n_docs, mut n_chunks, mut unchanged) = (0usize, 0usize, 0usize);
     let total = docs.len();
-    let bar = bar(total as u64, "documents");
-    if let Ok(style) = ProgressStyle::with_template(
-        "{elapsed_precise} {wide_bar} {pos}/{len} documents · about {eta} to go",
-    ) {
-        bar.set_style(style);
-    }
+    // The time to go from the bar's own rate (a job's comes from the server).
+    let bar = bar(total as u64, "documents · about {eta} to go");
     let mut it = docs.into_iter().peekable();
     let batches = std::iter::from_fn(|| {
         it.peek()
@@ -102,7 +98,8 @@ fn list(files: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     Ok(listed)
 }
 
-/// A progress bar on stderr (drawn only on a terminal).
+/// A progress bar on stderr (drawn only on a terminal); `unit` follows the
+/// count and may hold indicatif's keys (`{eta}`).
 fn bar(len: u64, unit: &str) -> ProgressBar {
     let bar = ProgressBar::new(len);
     let template = format!("{{elapsed_precise}} {{wide_bar}} {{pos}}/{{len}} {unit} {{msg}}");

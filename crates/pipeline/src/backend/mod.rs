@@ -110,7 +110,6 @@ impl Backend {
         g.wait_behind(g.queued) + self.expected_ttft(prompt_tokens)
     }
 
-    /// A first token came `after` the call (queueing not included).
     /// A token came from it (any request's).
     pub fn saw_token(&self) {
         *self
@@ -128,6 +127,7 @@ impl Backend {
             .is_some_and(|t| t >= at)
     }
 
+    /// A first token came `after` the call (queueing not included).
     pub fn record_ttft(&self, after: Duration) {
         let mut q = self.ttft.lock().unwrap_or_else(PoisonError::into_inner);
         q.push_back(after.as_secs_f64());

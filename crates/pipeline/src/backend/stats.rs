@@ -54,6 +54,12 @@ impl Estimates {
         (ms / self.ms_per_prompt_token.max(1e-3)) as usize
     }
 
+    /// Tokens in `chars` characters of prompt at this backend's ratio
+    /// (at least one character a token).
+    pub fn tokens_in(&self, chars: usize) -> f64 {
+        chars as f64 / self.chars_per_token.max(1.0)
+    }
+
     /// Output tokens that fit into `generate` (after the first token).
     pub fn output_tokens_within(&self, generate: Duration) -> usize {
         let ms = generate.as_secs_f64() * 1000.0;

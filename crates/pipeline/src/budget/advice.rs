@@ -141,14 +141,14 @@ pub fn advise(
             (c + w, l)
         }
     });
-    let (cheap_scale, llm_scale) = match () {
-        _ if fits => (1.0, 1.0),
-        _ if cheap <= target => (1.0, (target - cheap) / llm.max(1.0)),
+    let (cheap_scale, llm_scale) = if fits {
+        (1.0, 1.0)
+    } else if cheap <= target {
+        (1.0, (target - cheap) / llm.max(1.0))
+    } else {
         // Room for the LLM stages' 1 ms each (below).
-        _ => {
-            let llm_ms = LLM.iter().filter(|s| runs(**s)).count() as f64;
-            ((target - llm_ms).max(0.0) / cheap.max(1.0), 0.0)
-        }
+        let llm_ms = LLM.iter().filter(|s| runs(**s)).count() as f64;
+        ((target - llm_ms).max(0.0) / cheap.max(1.0), 0.0)
     };
     let mut proposed = *current;
     proposed.total_ms = target_ms;

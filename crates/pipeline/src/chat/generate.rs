@@ -157,8 +157,8 @@ async fn first_text(
     request: GenRequest,
     deadline: Instant,
 ) -> Result<(TokenStream, String), StageError> {
-    let mut stream = backend.generator.generate(request).await?;
     let called = Instant::now();
+    let mut stream = backend.generator.generate(request).await?;
     let mut since: Option<(Instant, u32)> = None;
     while let Some(ev) = stream.next().await {
         match ev? {

@@ -595,7 +595,7 @@ async fn reply(t: &Turn<'_>, hits: &[Passage], shape: &Shape, out: &mut Output<'
         AnswerMode::QuoteThenGenerate => Some(quote_first(t, &ranked, out).await),
         _ => None,
     };
-    let prompt_tokens = (prompt.chars as f64 / est.chars_per_token) as usize;
+    let prompt_tokens = est.tokens_in(prompt.chars) as usize;
     let ask = Ask {
         deadline: tokio::time::Instant::now() + ttft,
         priority: input.priority,
@@ -793,8 +793,7 @@ async fn streamed(
     // streamed, and the prompt's characters over the characters per token
     // this backend has shown.
     let usage = s.usage.unwrap_or_else(|| Usage {
-        prompt_tokens: (prompt.chars as f64 / backend.stats.estimates().chars_per_token.max(1.0))
-            .round() as u32,
+        prompt_tokens: backend.stats.estimates().tokens_in(prompt.chars).round() as u32,
         completion_tokens: s.tokens,
     });
     Reply {

@@ -99,16 +99,19 @@ pub fn data_home() -> PathBuf {
     if let Some(d) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
         return PathBuf::from(d);
     }
-    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
-    home.join(".local/share")
+    home().join(".local/share")
+}
+
+/// `$HOME` (the working folder without one).
+fn home() -> PathBuf {
+    std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from)
 }
 
 pub fn cache_dir() -> PathBuf {
     if let Some(c) = std::env::var_os("RAGTIME_CACHE") {
         return PathBuf::from(c);
     }
-    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
-    home.join(".cache/ragtime")
+    home().join(".cache/ragtime")
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
