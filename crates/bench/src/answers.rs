@@ -1,9 +1,13 @@
-//! `ragtime-bench answers`: what users read. The Rust Reference (the HTML
-//! the Rust toolchain installs with its documentation) is uploaded to
-//! ragtime on its embedded defaults, through `POST /v1/documents` as files
-//! named by their path; then every question of
-//! `answers/rust-reference.json` is asked, streamed, once per answer mode
-//! (`BENCH_MODES`, default all three), one at a time, semantic cache off.
+//! `ragtime-bench answers`: what users read. Two books the Rust toolchain
+//! installs with its documentation — the Rust Reference and the rustdoc
+//! book — each uploaded whole to a fresh ragtime on its embedded defaults,
+//! the way a user sends a folder (every file of a known type, print page,
+//! table of contents and redirect stubs included, through `POST
+//! /v1/documents` as files named by their path, as `ragtime ingest
+//! --server` does); then every question of the book's set
+//! (`answers/rust-reference.json`, `answers/rustdoc-book.json`; `BENCH_SETS`
+//! picks) is asked, streamed, once per answer mode (`BENCH_MODES`, default
+//! all three), one at a time, semantic cache off.
 //!
 //! An answer is correct when the question's regex matches within its first
 //! 400 characters (a user reads the beginning; an answer that pastes every
@@ -15,7 +19,7 @@
 //! unsupported, of the right ones the share it wrongly marked, and its
 //! time p95.
 //!
-//! `RAGTIME_REFERENCE` points at another copy of the Reference;
+//! `RAGTIME_DOCS` points at another copy of the toolchain's `html` folder;
 //! `BENCH_QUESTIONS` limits the questions; `BENCH_SHOW=1` prints each
 //! answer.
 
@@ -34,6 +38,8 @@ const FIRST_CHARS: usize = 400;
 
 #[derive(Deserialize)]
 struct QuestionSet {
+    /// The book's folder under the toolchain's sysroot.
+    root: String,
     questions: Vec<Question>,
 }
 
@@ -45,41 +51,41 @@ struct Question {
     gold: Vec<String>,
 }
 
-/// The Reference as the toolchain installed it.
-fn reference_dir() -> PathBuf {
-    if let Ok(p) = std::env::var("RAGTIME_REFERENCE") {
-        return PathBuf::from(p);
+/// A book's folder as the toolchain installed it (`root` is relative to
+/// the sysroot: `share/doc/rust/html/reference`).
+fn book_dir(root: &str) -> PathBuf {
+    let rel = root.trim_start_matches("share/doc/rust/html/");
+    if let Ok(p) = std::env::var("RAGTIME_DOCS") {
+        return PathBuf::from(p).join(rel);
     }
     let out = std::process::Command::new("rustc")
         .args(["--print", "sysroot"])
         .output()
         .expect("rustc --print sysroot");
-    let root = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    Path::new(&root).join("share/doc/rust/html/reference")
+    let sysroot = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    Path::new(&sysroot).join(root)
 }
 
-/// The site's pages as a user would upload them: every `.html` file but
-/// the all-in-one print page and the table of contents.
+/// The folder's files as a user sends it: every file ragtime reads, named
+/// by its path from the folder.
 fn pages(dir: &Path) -> Vec<(String, Vec<u8>)> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_owned()];
     while let Some(d) = stack.pop() {
         for e in std::fs::read_dir(&d)
-            .expect("read the reference dir")
+            .expect("read the book's dir")
             .flatten()
         {
             let p = e.path();
+            let rel = p
+                .strip_prefix(dir)
+                .expect("under dir")
+                .to_string_lossy()
+                .replace('\\', "/");
             if p.is_dir() {
                 stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "html") {
-                let rel = p
-                    .strip_prefix(dir)
-                    .expect("under dir")
-                    .to_string_lossy()
-                    .replace('\\', "/");
-                if rel != "print.html" && rel != "toc.html" {
-                    out.push((rel, std::fs::read(&p).expect("read page")));
-                }
+            } else if ragtime_parse::is_supported(&rel) {
+                out.push((rel, std::fs::read(&p).expect("read page")));
             }
         }
     }
@@ -187,15 +193,57 @@ fn share(n: usize, of: usize) -> String {
 }
 
 pub async fn answers() {
-    let dir = reference_dir();
+    let sets = std::env::var("BENCH_SETS").unwrap_or_else(|_| "rust-reference,rustdoc-book".into());
+    for name in sets.split(',') {
+        run_set(name).await;
+    }
+}
+
+/// Uploads `pages` in one request, as `ragtime ingest --server` sends a
+/// folder; prints what the server skipped.
+async fn upload(http: &reqwest::Client, base: &str, pages: &[(String, Vec<u8>)]) {
+    let t = Instant::now();
+    let mut form = reqwest::multipart::Form::new();
+    for (name, bytes) in pages {
+        let part = reqwest::multipart::Part::bytes(bytes.clone()).file_name(name.clone());
+        form = form.part("file", part);
+    }
+    let r = http
+        .post(format!("{base}/v1/documents"))
+        .multipart(form)
+        .send()
+        .await
+        .expect("upload");
+    assert_eq!(r.status(), 200, "upload");
+    let body: Value = r.json().await.expect("upload json");
+    let skipped: Vec<String> = body["skipped"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| {
+            format!(
+                "{} ({})",
+                s["id"].as_str().unwrap_or("?"),
+                s["reason"].as_str().unwrap_or("?")
+            )
+        })
+        .collect();
+    println!(
+        "uploaded {} documents in {:.1} s; skipped {}: {}",
+        body["documents"].as_array().map_or(0, Vec::len),
+        t.elapsed().as_secs_f64(),
+        skipped.len(),
+        skipped.join("; ")
+    );
+}
+
+async fn run_set(name: &str) {
+    let path = format!("{}/answers/{name}.json", env!("CARGO_MANIFEST_DIR"));
     let set: QuestionSet = serde_json::from_str(
-        &std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/answers/rust-reference.json"
-        ))
-        .expect("read the question set"),
+        &std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {path}: {e}")),
     )
     .expect("parse the question set");
+    let dir = book_dir(&set.root);
     let limit = crate::env_usize("BENCH_QUESTIONS", usize::MAX);
     let questions = &set.questions[..set.questions.len().min(limit)];
     let modes: Vec<String> = std::env::var("BENCH_MODES")
@@ -207,7 +255,7 @@ pub async fn answers() {
     let pages = pages(&dir);
     assert!(!pages.is_empty(), "no pages under {}", dir.display());
     println!(
-        "\n## answers: the Rust Reference ({} pages from {}), {} questions",
+        "\n## answers: {name} ({} files from {}), {} questions",
         pages.len(),
         dir.display(),
         questions.len()
@@ -225,30 +273,11 @@ pub async fn answers() {
     })
     .await;
     let http = reqwest::Client::new();
-    let t = Instant::now();
-    for batch in pages.chunks(10) {
-        let mut form = reqwest::multipart::Form::new();
-        for (name, bytes) in batch {
-            let part = reqwest::multipart::Part::bytes(bytes.clone()).file_name(name.clone());
-            form = form.part("file", part);
-        }
-        let r = http
-            .post(format!("{}/v1/documents", server.base))
-            .multipart(form)
-            .send()
-            .await
-            .expect("upload");
-        assert_eq!(
-            r.status(),
-            200,
-            "upload: {}",
-            r.text().await.unwrap_or_default()
-        );
-    }
-    println!("uploaded in {:.1} s", t.elapsed().as_secs_f64());
+    upload(&http, &server.base, &pages).await;
 
-    // Retrieval: the answer in the top-5 passages.
+    // Retrieval: the answer, and a gold page, in the top-5 passages.
     let mut in_top5 = vec![false; questions.len()];
+    let mut gold5 = 0usize;
     for (i, q) in questions.iter().enumerate() {
         let re = RegexBuilder::new(&q.answer)
             .case_insensitive(true)
@@ -263,13 +292,21 @@ pub async fn answers() {
             .json()
             .await
             .expect("search json");
-        in_top5[i] = r["results"]
-            .as_array()
-            .into_iter()
-            .flatten()
+        let hits = r["results"].as_array().into_iter().flatten();
+        in_top5[i] = hits
+            .clone()
             .any(|h| re.is_match(&collapsed(h["text"].as_str().unwrap_or_default())));
+        gold5 += usize::from(hits.into_iter().any(|h| {
+            let id = h["document_id"].as_str().unwrap_or_default();
+            q.gold.iter().any(|g| g == id)
+        }));
     }
     let top5 = in_top5.iter().filter(|x| **x).count();
+    println!(
+        "retrieval (hybrid, top 5): a gold page {}, the answer's text {}",
+        share(gold5, questions.len()),
+        share(top5, questions.len())
+    );
 
     println!(
         "\n| mode | gold page cited | answer in top 5 | correct | correct, of top-5 | looping | partial | first text p50 / p95 ms | total p95 ms | unsupported: of wrong / of right | verify p95 ms |"

@@ -5,8 +5,12 @@
 
 use ragtime_core::{IngestDoc, SECTION_SEP, Section};
 use scraper::{Html, Node};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::io::Read;
+
+mod folder;
+mod source;
+pub use folder::{Documents, FileFilter, Skipped, into_documents};
 
 /// Why a file cannot be read as documents.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +77,7 @@ enum Format {
     Markdown,
     Html,
     Pdf,
+    Rust,
 }
 
 /// The file extensions this reads (lower case; longest first where one
@@ -87,6 +92,7 @@ const FORMATS: &[(&str, Format)] = &[
     (".html", Format::Html),
     (".htm", Format::Html),
     (".pdf", Format::Pdf),
+    (".rs", Format::Rust),
 ];
 
 fn format(name: &str) -> Option<Format> {
@@ -132,6 +138,12 @@ pub struct ParsedFile(Parsed);
 #[derive(Debug, Clone, PartialEq)]
 enum Parsed {
     Docs(Vec<IngestDoc>),
+    /// A file that holds no document of its own (a page that only
+    /// redirects to another), and why.
+    Skipped {
+        id: String,
+        reason: String,
+    },
     Blocks {
         id: String,
         title: String,
@@ -148,13 +160,28 @@ pub enum Block {
     Line(String),
     /// A code block: its lines as they are.
     Code(String),
+    /// A term and what it means (a definition list's `<dt>`/`<dd>`, a
+    /// Markdown definition, a command's option and its description): one
+    /// line, so the flag or key is read, searched and quoted with what it
+    /// does.
+    Term(String, String),
+}
+
+impl Block {
+    /// The text of a [`Block::Line`].
+    pub fn line(&self) -> Option<&str> {
+        match self {
+            Block::Line(l) => Some(l),
+            _ => None,
+        }
+    }
 }
 
 /// Reads `bytes` named `name` into documents. Text formats become one
 /// document whose id is the file's path as given ([`document_id`]); JSONL
 /// has one document per line.
 pub fn docs_from_file(name: &str, bytes: Vec<u8>) -> Result<Vec<IngestDoc>, FileError> {
-    Ok(into_documents(vec![parse_file(name, bytes)?]))
+    Ok(into_documents(vec![parse_file(name, bytes)?]).docs)
 }
 
 /// Reads one file ([`docs_from_file`] without making the documents yet).
@@ -204,20 +231,24 @@ fn read_file(name: &str, bytes: Vec<u8>) -> Result<ParsedFile, Msg> {
     match f {
         Format::JsonlGz => Err(format!("{name}: gzip is read by parse_file")),
         Format::Jsonl => Ok(ParsedFile(Parsed::Docs(jsonl(name, &utf8(name, bytes)?)?))),
-        Format::Text => {
-            let text = utf8(name, bytes)?;
-            let lines = text
-                .lines()
-                .map(str::trim_end)
-                .filter(|l| !l.trim().is_empty());
-            blocks(None, lines.map(|l| Block::Line(l.to_owned())).collect())
-        }
+        Format::Text => blocks(None, text_blocks(&utf8(name, bytes)?)),
         Format::Markdown => {
             let (title, b) = markdown_blocks(&utf8(name, bytes)?);
             blocks(title, b)
         }
         Format::Html => {
-            let (title, b) = html_blocks(&utf8(name, bytes)?);
+            let page = html_page(&utf8(name, bytes)?);
+            if page.is_redirect() {
+                let to = page.refresh.unwrap_or_default();
+                return Ok(ParsedFile(Parsed::Skipped {
+                    id: base,
+                    reason: format!("only redirects to {to}"),
+                }));
+            }
+            blocks(page.title, page.blocks)
+        }
+        Format::Rust => {
+            let (title, b) = source::rust_blocks(&utf8(name, bytes)?);
             blocks(title, b)
         }
         Format::Pdf => {
@@ -228,69 +259,50 @@ fn read_file(name: &str, bytes: Vec<u8>) -> Result<ParsedFile, Msg> {
     }
 }
 
-/// How many documents a file read gives.
-pub fn documents_in(file: &ParsedFile) -> usize {
-    match &file.0 {
-        Parsed::Docs(d) => d.len(),
-        Parsed::Blocks { .. } => 1,
-    }
-}
-
-/// The documents of files read together (one upload, one `ragtime ingest`):
-/// where at least four are structured, a line (not a heading, not code)
-/// found on more than half of them, and on three at least, is page chrome
-/// (a site's banner, a "press ← or → to navigate" hint) and is dropped
-/// from each; a document it would leave empty keeps it.
-pub fn into_documents(files: Vec<ParsedFile>) -> Vec<IngestDoc> {
-    let structured = files
-        .iter()
-        .filter(|f| matches!(f.0, Parsed::Blocks { .. }))
-        .count();
-    let mut seen: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
-    if structured >= 4 {
-        for f in &files {
-            if let Parsed::Blocks { blocks, .. } = &f.0 {
-                let lines: std::collections::HashSet<&str> = blocks
-                    .iter()
-                    .filter_map(|b| match b {
-                        Block::Line(l) => Some(l.as_str()),
-                        _ => None,
-                    })
-                    .collect();
-                for l in lines {
-                    *seen.entry(l).or_default() += 1;
-                }
-            }
-        }
-    }
-    let chrome: std::collections::HashSet<String> = seen
-        .into_iter()
-        .filter(|&(_, n)| n >= 3 && n * 2 > structured)
-        .map(|(l, _)| l.to_owned())
-        .collect();
+/// Plain text's blocks: each non-empty line, except a command's options
+/// as `--help` prints them — `-v, --verbose   Use verbose output` (the
+/// option, two spaces or more, what it does) or the option alone on its
+/// line with its description indented below — which are one term each.
+pub fn text_blocks(text: &str) -> Vec<Block> {
+    let lines: Vec<&str> = text.lines().map(str::trim_end).collect();
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let is_option = |l: &str| {
+        let t = l.trim_start();
+        let mut c = t.chars();
+        c.next() == Some('-')
+            && c.next()
+                .is_some_and(|c| c.is_ascii_alphanumeric() || c == '-')
+    };
     let mut out = Vec::new();
-    for f in files {
-        match f.0 {
-            Parsed::Docs(docs) => out.extend(docs),
-            Parsed::Blocks { id, title, blocks } => {
-                let is_chrome = |b: &Block| matches!(b, Block::Line(l) if chrome.contains(l));
-                let blocks = if blocks
-                    .iter()
-                    .all(|b| is_chrome(b) || matches!(b, Block::Heading(..)))
-                {
-                    blocks
-                } else {
-                    blocks.into_iter().filter(|b| !is_chrome(b)).collect()
-                };
-                let (text, sections) = assemble(&title, &blocks);
-                out.push(IngestDoc {
-                    metadata: Map::from_iter([("source".to_owned(), Value::String(id.clone()))]),
-                    id,
-                    title,
-                    text,
-                    sections,
-                });
-            }
+    let mut i = 0;
+    while i < lines.len() {
+        let l = lines[i];
+        i += 1;
+        if l.trim().is_empty() {
+            continue;
+        }
+        if !is_option(l) {
+            out.push(Block::Line(l.to_owned()));
+            continue;
+        }
+        let t = l.trim_start();
+        if let Some(gap) = t.find("  ") {
+            out.push(Block::Term(t[..gap].to_owned(), collapse(&t[gap..])));
+            continue;
+        }
+        let mut description = String::new();
+        while i < lines.len()
+            && !lines[i].trim().is_empty()
+            && indent(lines[i]) > indent(l)
+            && !is_option(lines[i])
+        {
+            description.push(' ');
+            description.push_str(lines[i].trim());
+            i += 1;
+        }
+        match description.is_empty() {
+            true => out.push(Block::Line(t.to_owned())),
+            false => out.push(Block::Term(t.to_owned(), collapse(&description))),
         }
     }
     out
@@ -326,6 +338,10 @@ pub fn assemble(title: &str, blocks: &[Block]) -> (String, Vec<Section>) {
             }
             Block::Line(l) => {
                 text.push_str(l);
+                text.push('\n');
+            }
+            Block::Term(t, d) => {
+                text.push_str(&term_line(t, d));
                 text.push('\n');
             }
             Block::Code(c) => {
@@ -461,9 +477,43 @@ pub fn markdown_text(md: &str) -> (Option<String>, String) {
 struct BlockText {
     cur: String,
     blocks: Vec<Block>,
+    /// A term read, waiting for its description.
+    term: Option<String>,
 }
 
 impl BlockText {
+    /// The text read so far is a term; its description follows.
+    fn start_description(&mut self) {
+        self.flush_term();
+        self.term = Some(collapse(&std::mem::take(&mut self.cur)));
+    }
+
+    /// A term with no description is a line of its own.
+    fn flush_term(&mut self) {
+        if let Some(t) = self.term.take().filter(|t| !t.is_empty()) {
+            self.blocks.push(Block::Line(t));
+        }
+    }
+
+    /// The description read so far, ended: with its term, or added to the
+    /// term before it (a second description), or a line.
+    fn end_description(&mut self) {
+        let d = collapse(&std::mem::take(&mut self.cur));
+        if d.is_empty() {
+            return;
+        }
+        match self.term.take() {
+            Some(t) => self.blocks.push(Block::Term(t, d)),
+            None => match self.blocks.last_mut() {
+                Some(Block::Term(_, desc)) => {
+                    desc.push(' ');
+                    desc.push_str(&d);
+                }
+                _ => self.blocks.push(Block::Line(d)),
+            },
+        }
+    }
+
     fn end(&mut self, heading: Option<u8>, code: bool) {
         let cur = std::mem::take(&mut self.cur);
         if code {
@@ -489,16 +539,31 @@ impl BlockText {
 /// A Markdown document's blocks, parsed by `pulldown-cmark`, and its
 /// first level-1 heading: headings, paragraphs (a paragraph wrapped over
 /// several lines of the file is one line, so a sentence stays whole),
-/// list items, table rows (cells separated by ` | `) and code blocks
-/// (lines kept); link targets, images and raw HTML dropped.
+/// list items, table rows (cells separated by ` | `), definitions (a term
+/// with its description, one [`Block::Term`]) and code blocks (lines
+/// kept); link targets, images and raw HTML dropped.
 pub fn markdown_blocks(md: &str) -> (Option<String>, Vec<Block>) {
     use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
     let mut b = BlockText::default();
     let mut title: Option<String> = None;
     let mut heading: Option<u8> = None;
     let mut code = false;
-    for ev in Parser::new_ext(md, Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH) {
+    let mut definition = false;
+    let options =
+        Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH | Options::ENABLE_DEFINITION_LIST;
+    for ev in Parser::new_ext(md, options) {
         match ev {
+            Event::Start(Tag::DefinitionListTitle) => b.end(None, false),
+            Event::End(TagEnd::DefinitionListTitle) => b.start_description(),
+            Event::Start(Tag::DefinitionListDefinition) => definition = true,
+            Event::End(TagEnd::DefinitionListDefinition) => {
+                b.end_description();
+                definition = false;
+            }
+            Event::End(TagEnd::DefinitionList) => b.flush_term(),
+            Event::Start(Tag::Paragraph) | Event::End(TagEnd::Paragraph) if definition => {
+                b.cur.push(' ')
+            }
             Event::Start(Tag::Heading { level, .. }) => {
                 b.end(None, false);
                 heading = Some(level as u8);
@@ -569,7 +634,6 @@ const BLOCKS: &[&str] = &[
 /// Table cells: a row stays one line, its cells separated by ` | `.
 const CELLS: &[&str] = &["td", "th"];
 
-/// Elements whose text is not shown.
 /// Never text: code and metadata, and the page chrome around the content
 /// (site navigation, footers).
 const HIDDEN: &[&str] = &[
@@ -584,14 +648,82 @@ pub fn html_text(html: &str) -> (Option<String>, String) {
     (title, text)
 }
 
-/// The blocks of an HTML page and its `<title>`: the main content only
-/// when the page marks it (`<main>`, `role="main"`, else `<article>`);
-/// scripts, styles, navigation, footers, comments and tags dropped; each
-/// block element a block of its own (`h1`–`h6` headings, `<pre>` code
-/// whose lines are kept), whitespace inside it collapsed as a browser
-/// does (a sentence wrapped over two lines of the file stays one line of
-/// text); entities decoded (by the HTML5 parser).
+/// The blocks of an HTML page and its `<title>` ([`html_page`]).
 pub fn html_blocks(html: &str) -> (Option<String>, Vec<Block>) {
+    let page = html_page(html);
+    (page.title, page.blocks)
+}
+
+/// An HTML page read: its `<title>`, its blocks, and where it sends the
+/// reader when it refreshes to another page (`<meta http-equiv=refresh>`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HtmlPage {
+    pub title: Option<String>,
+    pub blocks: Vec<Block>,
+    pub refresh: Option<String>,
+}
+
+impl HtmlPage {
+    /// A page that only sends the reader elsewhere: it refreshes to
+    /// another and says little itself ("Redirecting to…").
+    pub fn is_redirect(&self) -> bool {
+        let said: usize = self.blocks.iter().map(|b| block_text(b).len()).sum();
+        self.refresh.is_some() && said < 400
+    }
+}
+
+fn block_text(b: &Block) -> &str {
+    match b {
+        Block::Heading(_, t) | Block::Line(t) | Block::Code(t) | Block::Term(t, _) => t,
+    }
+}
+
+/// The one line a term and its description make.
+fn term_line(term: &str, description: &str) -> String {
+    if description.is_empty() {
+        term.to_owned()
+    } else {
+        format!("{term} \u{2014} {description}")
+    }
+}
+
+/// Where a `<meta http-equiv="refresh" content="0; URL=…">` sends the
+/// reader.
+fn refresh_target(doc: &Html) -> Option<String> {
+    doc.tree.root().descendants().find_map(|n| match n.value() {
+        Node::Element(e)
+            if e.name() == "meta"
+                && e.attr("http-equiv")
+                    .is_some_and(|v| v.eq_ignore_ascii_case("refresh")) =>
+        {
+            let content = e.attr("content").unwrap_or_default();
+            let lower = content.to_ascii_lowercase();
+            let target = match lower.find("url=") {
+                Some(i) => &content[i + 4..],
+                None => content,
+            };
+            Some(target.trim().trim_matches(['\'', '"']).to_owned())
+        }
+        _ => None,
+    })
+}
+
+/// Hidden from a reader: code and metadata, the page chrome around the
+/// content (site navigation, footers), and the lines of an example that
+/// mdBook hides (`<span class="boring">`: `fn main() {` around a snippet).
+fn hidden(e: &scraper::node::Element) -> bool {
+    HIDDEN.contains(&e.name())
+        || e.has_class("boring", scraper::CaseSensitivity::AsciiCaseInsensitive)
+}
+
+/// An HTML page's blocks: the main content only when the page marks it
+/// (`<main>`, `role="main"`, else `<article>`); scripts, styles,
+/// navigation, footers, comments and tags dropped; each block element a
+/// block of its own (`h1`–`h6` headings, `<pre>` code whose lines are
+/// kept, a `<dt>` with its `<dd>` one term), whitespace inside it
+/// collapsed as a browser does (a sentence wrapped over two lines of the
+/// file stays one line of text); entities decoded (by the HTML5 parser).
+pub fn html_page(html: &str) -> HtmlPage {
     let doc = Html::parse_document(html);
     let title = doc
         .tree
@@ -616,7 +748,36 @@ pub fn html_blocks(html: &str) -> (Option<String>, Vec<Block>) {
         .or_else(|| element(&|e| e.attr("role") == Some("main")))
         .or_else(|| element(&|e| e.name() == "article"))
         .unwrap_or_else(|| doc.tree.root());
-    let level = |name: &str| match name {
+    let mut w = HtmlWalk::default();
+    let mut stack = vec![(content, false)];
+    // Depth-first, ending each block after its children.
+    while let Some((node, closing)) = stack.pop() {
+        match node.value() {
+            Node::Element(e) if closing => w.close(e.name()),
+            Node::Element(e) if hidden(e) => {}
+            Node::Element(e) => {
+                w.open(e.name());
+                stack.push((node, true));
+                stack.extend(node.children().rev().map(|c| (c, false)));
+            }
+            Node::Text(t) => w.text(t),
+            Node::Document | Node::Fragment => {
+                stack.extend(node.children().rev().map(|c| (c, false)));
+            }
+            _ => {}
+        }
+    }
+    w.b.end(w.heading, w.pre > 0);
+    w.b.flush_term();
+    HtmlPage {
+        title,
+        blocks: w.b.blocks,
+        refresh: refresh_target(&doc),
+    }
+}
+
+fn heading_level(name: &str) -> Option<u8> {
+    match name {
         "h1" => Some(1),
         "h2" => Some(2),
         "h3" => Some(3),
@@ -624,61 +785,115 @@ pub fn html_blocks(html: &str) -> (Option<String>, Vec<Block>) {
         "h5" => Some(5),
         "h6" => Some(6),
         _ => None,
-    };
-    let mut b = BlockText::default();
-    let mut heading: Option<u8> = None;
-    let mut pre = 0usize;
-    let mut stack = vec![(content, false)];
-    // Depth-first, ending each block after its children.
-    while let Some((node, closing)) = stack.pop() {
-        match node.value() {
-            Node::Element(e) if closing && BLOCKS.contains(&e.name()) => {
-                b.end(heading, pre > 0);
-                if level(e.name()).is_some() {
-                    heading = None;
+    }
+}
+
+/// The state of a walk over an HTML page's elements.
+#[derive(Default)]
+struct HtmlWalk {
+    b: BlockText,
+    heading: Option<u8>,
+    pre: usize,
+    /// Inside a `<dd>`: its blocks are one description.
+    dd: usize,
+}
+
+impl HtmlWalk {
+    fn open(&mut self, name: &str) {
+        if !BLOCKS.contains(&name) {
+            return;
+        }
+        match name {
+            "dt" => {
+                self.b.end(self.heading, self.pre > 0);
+                self.b.flush_term();
+            }
+            "dd" => {
+                self.b.end(self.heading, false);
+                self.dd += 1;
+            }
+            "pre" if self.dd > 0 => {
+                // Code inside a description: what came before is the
+                // description; the code keeps its lines.
+                self.b.end_description();
+                self.pre += 1;
+            }
+            _ if self.dd > 0 && self.pre == 0 => self.b.cur.push(' '),
+            _ => {
+                self.b.end(self.heading, self.pre > 0);
+                if let Some(l) = heading_level(name) {
+                    self.heading = Some(l);
                 }
-                if e.name() == "pre" {
-                    pre -= 1;
+                if name == "pre" {
+                    self.pre += 1;
                 }
             }
-            Node::Element(e) if closing && CELLS.contains(&e.name()) => b.cur.push_str(" | "),
-            Node::Element(_) if closing => {}
-            Node::Element(e) if HIDDEN.contains(&e.name()) => {}
-            Node::Element(e) => {
-                if BLOCKS.contains(&e.name()) {
-                    b.end(heading, pre > 0);
-                    if let Some(l) = level(e.name()) {
-                        heading = Some(l);
-                    }
-                    if e.name() == "pre" {
-                        pre += 1;
-                    }
-                }
-                stack.push((node, true));
-                stack.extend(node.children().rev().map(|c| (c, false)));
-            }
-            Node::Text(t) if pre > 0 => b.cur.push_str(t),
-            Node::Text(t) => {
-                // HTML whitespace, line breaks included, is one space.
-                let mut words = t.split_whitespace().peekable();
-                if t.starts_with(char::is_whitespace) && words.peek().is_some() {
-                    b.cur.push(' ');
-                }
-                while let Some(w) = words.next() {
-                    b.cur.push_str(w);
-                    if words.peek().is_some() || t.ends_with(char::is_whitespace) {
-                        b.cur.push(' ');
-                    }
-                }
-            }
-            Node::Document | Node::Fragment => {
-                stack.extend(node.children().rev().map(|c| (c, false)));
-            }
-            _ => {}
         }
     }
-    b.end(heading, pre > 0);
-    (title, b.blocks)
+
+    fn close(&mut self, name: &str) {
+        if CELLS.contains(&name) {
+            self.b.cur.push_str(" | ");
+            return;
+        }
+        if !BLOCKS.contains(&name) {
+            return;
+        }
+        match name {
+            "dt" => {
+                self.b.flush_term();
+                self.b.start_description();
+            }
+            "dd" => {
+                self.b.end_description();
+                self.dd = self.dd.saturating_sub(1);
+            }
+            "dl" => {
+                self.b.end(self.heading, false);
+                self.b.flush_term();
+            }
+            "pre" if self.dd > 0 => {
+                self.b.end(None, true);
+                self.pre -= 1;
+            }
+            _ if self.dd > 0 && self.pre == 0 => self.b.cur.push(' '),
+            _ => {
+                self.b.end(self.heading, self.pre > 0);
+                if heading_level(name).is_some() {
+                    self.heading = None;
+                }
+                if name == "pre" {
+                    self.pre -= 1;
+                }
+            }
+        }
+    }
+
+    fn text(&mut self, t: &str) {
+        if self.pre > 0 {
+            self.b.cur.push_str(t);
+            return;
+        }
+        // Whitespace alone between two inline elements is a space
+        // (`<code>-p</code> <em>spec</em>`).
+        if t.trim().is_empty() {
+            if !t.is_empty() && !self.b.cur.is_empty() && !self.b.cur.ends_with(' ') {
+                self.b.cur.push(' ');
+            }
+            return;
+        }
+        // HTML whitespace, line breaks included, is one space.
+        let mut words = t.split_whitespace().peekable();
+        if t.starts_with(char::is_whitespace) && words.peek().is_some() {
+            self.b.cur.push(' ');
+        }
+        while let Some(w) = words.next() {
+            self.b.cur.push_str(w);
+            if words.peek().is_some() || t.ends_with(char::is_whitespace) {
+                self.b.cur.push(' ');
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -758,7 +973,7 @@ mod tests {
             id: "t".into(),
             title,
             text: text.clone(),
-            metadata: Map::new(),
+            metadata: serde_json::Map::new(),
             sections,
         };
         assert_eq!(
@@ -796,7 +1011,7 @@ mod tests {
                 .expect("parses")
             })
             .collect();
-        let docs = into_documents(files.clone());
+        let docs = into_documents(files.clone()).docs;
         assert_eq!(docs.len(), 5);
         for (i, d) in docs.iter().enumerate() {
             assert!(!d.text.contains("Keyboard"), "chrome dropped: {}", d.text);
@@ -806,7 +1021,7 @@ mod tests {
             assert_eq!(d.section_at(d.text.len() - 1), "Examples");
         }
         // Three files are too few to tell chrome from content.
-        let few = into_documents(files[..3].to_vec());
+        let few = into_documents(files[..3].to_vec()).docs;
         assert!(few.iter().all(|d| d.text.contains("Keyboard")));
     }
 
@@ -819,13 +1034,7 @@ mod tests {
                     • second bullet item of it\n\n\
                     Self-\nContained words keep their hyphen when the next line\nis capitalised.";
         let blocks = pdf_blocks(text);
-        let lines: Vec<&str> = blocks
-            .iter()
-            .filter_map(|b| match b {
-                Block::Line(l) => Some(l.as_str()),
-                _ => None,
-            })
-            .collect();
+        let lines: Vec<&str> = blocks.iter().filter_map(Block::line).collect();
         assert_eq!(
             lines,
             [
@@ -893,6 +1102,167 @@ mod tests {
         assert!(
             docs_from_file("a.pdf", b"not a pdf".to_vec())
                 .is_err_and(|e| e.message.contains("PDF"))
+        );
+    }
+
+    #[test]
+    fn a_definition_list_term_is_one_line_with_its_description() {
+        let (_, text) = html_text(
+            "<main><h2>Options</h2><dl>\
+             <dt><code>-p</code> <em>spec</em>, <code>--package</code> <em>spec</em></dt>\
+             <dd><p>Build only the specified packages.</p><p>See the spec page.</p></dd>\
+             <dt><code>--offline</code></dt><dd>Run without\n accessing the network.</dd>\
+             <dt>--lonely</dt></dl><p>After.</p></main>",
+        );
+        assert_eq!(
+            text,
+            "Options\n-p spec, --package spec \u{2014} Build only the specified packages. See the spec page.\n\
+             --offline \u{2014} Run without accessing the network.\n--lonely\nAfter."
+        );
+        let (_, md) = markdown_text(
+            "# Config\n\n`build.jobs`\n: Sets the number of parallel jobs.\n\n`build.target`\n: The target triple.\n",
+        );
+        assert_eq!(
+            md,
+            "Config\nbuild.jobs \u{2014} Sets the number of parallel jobs.\nbuild.target \u{2014} The target triple."
+        );
+    }
+
+    #[test]
+    fn mdbook_hidden_example_lines_are_dropped_and_code_keeps_its_lines() {
+        let (_, text) = html_text(
+            "<main><p>Give it an alias:</p><pre><code class=\"language-rust\">\
+             <span class=\"boring\">#![allow(unused)]\n</span><span class=\"boring\">fn main() {\n\
+             </span>#[doc(alias = \"x\")]\npub struct Y;\n<span class=\"boring\">}</span></code></pre></main>",
+        );
+        assert_eq!(
+            text,
+            "Give it an alias:\n#[doc(alias = \"x\")]\npub struct Y;"
+        );
+    }
+
+    #[test]
+    fn a_page_that_only_redirects_gives_no_document() {
+        let stub = "<html><head><title>Redirecting...</title>\
+            <meta http-equiv=\"refresh\" content=\"0; URL=write-documentation/a.html\"></head>\
+            <body><p>Redirecting to... <a href=\"write-documentation/a.html\">write-documentation/a.html</a>.</p></body></html>";
+        let page = "<main><h1>A</h1><p>Real content about attributes.</p></main>";
+        let read = into_documents(vec![
+            parse_file("a.html", stub.as_bytes().to_vec()).expect("parses"),
+            parse_file("write-documentation/a.html", page.as_bytes().to_vec()).expect("parses"),
+        ]);
+        assert_eq!(read.docs.len(), 1);
+        assert_eq!(read.docs[0].id, "write-documentation/a.html");
+        assert_eq!(read.from, [1]);
+        assert_eq!(
+            read.skipped,
+            [Skipped {
+                file: 0,
+                id: "a.html".into(),
+                reason: "only redirects to write-documentation/a.html".into()
+            }]
+        );
+        // A page with its own content that also refreshes is kept.
+        let long = format!(
+            "<head><meta http-equiv=refresh content=30></head><main><p>{}</p></main>",
+            "News of the day, long enough to be read. ".repeat(20)
+        );
+        assert_eq!(
+            docs_from_file("news.html", long.into_bytes()).map(|d| d.len()),
+            Ok(1)
+        );
+    }
+
+    #[test]
+    fn a_page_that_repeats_the_others_is_skipped() {
+        let chapter = |i: usize| -> Vec<String> {
+            (0..6)
+                .map(|j| format!("Chapter {i} explains its own point number {j} at length."))
+                .collect()
+        };
+        let html = |lines: &[String]| {
+            let ps: String = lines.iter().map(|l| format!("<p>{l}</p>")).collect();
+            format!("<main>{ps}</main>")
+        };
+        let mut files: Vec<ParsedFile> = (0..4)
+            .map(|i| {
+                parse_file(&format!("ch{i}.html"), html(&chapter(i)).into_bytes()).expect("parses")
+            })
+            .collect();
+        let all: Vec<String> = (0..4).flat_map(chapter).collect();
+        files.push(parse_file("print.html", html(&all).into_bytes()).expect("parses"));
+        // Two copies of one page: neither repeats the other's whole set.
+        files.push(parse_file("copy/ch0.html", html(&chapter(0)).into_bytes()).expect("parses"));
+        let read = into_documents(files);
+        let ids: Vec<&str> = read.docs.iter().map(|d| d.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "ch0.html",
+                "ch1.html",
+                "ch2.html",
+                "ch3.html",
+                "copy/ch0.html"
+            ]
+        );
+        assert_eq!(read.skipped.len(), 1, "{:?}", read.skipped);
+        assert_eq!(read.skipped[0].id, "print.html");
+        assert!(
+            read.skipped[0].reason.starts_with(
+                "repeats 5 other pages read with it (ch0.html, ch1.html, ch2.html, and 2 more)"
+            ),
+            "{}",
+            read.skipped[0].reason
+        );
+    }
+
+    #[test]
+    fn rust_sources_read_their_docs_as_prose_and_keep_code_lines() {
+        let src = "//! # Retry\n//!\n//! Retries a call\n//! up to three times.\n\nuse std::time::Duration;\n\n/// The pause between tries.\n///\n/// ```\n/// let d = PAUSE;\n/// ```\npub const PAUSE: Duration = Duration::from_millis(50);\n";
+        let d = docs_from_file("src/retry.rs", src.as_bytes().to_vec()).expect("reads");
+        assert_eq!(d[0].title, "Retry");
+        assert_eq!(
+            d[0].text,
+            "Retry\nRetries a call up to three times.\nuse std::time::Duration;\nThe pause between tries.\nlet d = PAUSE;\npub const PAUSE: Duration = Duration::from_millis(50);"
+        );
+        assert!(is_supported("lib.rs"));
+    }
+
+    #[test]
+    fn include_and_exclude_patterns_read_like_gitignore() {
+        let f = FileFilter::new(
+            &["*.html".into(), "notes/**".into()],
+            &["print.html".into(), "**/drafts/*".into()],
+        )
+        .expect("patterns");
+        assert_eq!(f.refuses("guide/intro.html"), None);
+        assert_eq!(f.refuses("notes/a/b.md"), None, "a path pattern");
+        assert_eq!(
+            f.refuses("guide/intro.md").as_deref(),
+            Some("matches no include pattern")
+        );
+        assert_eq!(
+            f.refuses("book/print.html").as_deref(),
+            Some("excluded by \"print.html\"")
+        );
+        assert_eq!(
+            f.refuses("./x/drafts/y.html").as_deref(),
+            Some("excluded by \"**/drafts/*\"")
+        );
+        let err = FileFilter::new(&[], &["[".into()]).expect_err("a bad pattern");
+        assert!(err.starts_with("\"[\" is not a pattern"), "{err}");
+        assert!(
+            FileFilter::new(&[], &[]).is_ok_and(|f| f.is_empty() && f.refuses("a/b.c").is_none())
+        );
+    }
+
+    #[test]
+    fn a_command_s_options_are_terms_with_what_they_do() {
+        let help = "Usage: tool [OPTIONS]\n\nOptions:\n  -v, --verbose    Use verbose output\n  --jobs <N>\n      Number of parallel jobs,\n      defaults to the CPUs\n  -q\n  --offline  Run without the network\n";
+        let d = docs_from_file("help.txt", help.as_bytes().to_vec()).expect("reads");
+        assert_eq!(
+            d[0].text,
+            "Usage: tool [OPTIONS]\nOptions:\n-v, --verbose \u{2014} Use verbose output\n--jobs <N> \u{2014} Number of parallel jobs, defaults to the CPUs\n-q\n--offline \u{2014} Run without the network"
         );
     }
 }

@@ -265,6 +265,11 @@ pub fn fuse_documents(
         (false, _) => lexical_docs,
     };
     let mut out = Vec::new();
+    // A passage that one above it already is — the same text under the
+    // same title and section: a page published twice, `index.html` beside
+    // the chapter it copies — is left out: two copies would take two of
+    // the few places a reader looks at.
+    let mut seen = std::collections::HashSet::new();
     for (doc, score) in order {
         // The lexical side's choice of the document's chunks (by the query
         // vector and their own BM25), then what the dense side found of it.
@@ -286,6 +291,7 @@ pub fn fuse_documents(
             chunks
                 .into_iter()
                 .take(PASSAGES_PER_DOCUMENT)
+                .filter(|c| seen.insert((c.title.clone(), c.section.clone(), c.text.clone())))
                 .map(|chunk| Passage { chunk, score }),
         );
     }
@@ -366,8 +372,9 @@ mod tests {
     /// Documents 10 (chunks 1, 2, 3) and 20 (chunk 4) and 30 (chunk 5).
     fn retriever() -> ragtime_testkit::MemoryRetriever {
         let chunk = |id: i64, doc: i64, pos: i32| {
+            let text = format!("the text of chunk {id}");
             let mut c =
-                ragtime_testkit::chunk(id, &format!("d{doc}"), "", "t", serde_json::json!({}));
+                ragtime_testkit::chunk(id, &format!("d{doc}"), "", &text, serde_json::json!({}));
             c.document_id = doc;
             c.position = pos;
             c
@@ -459,6 +466,35 @@ mod tests {
         let lexical = vec![doc(10, 5.0, &many)];
         let (out, _) = fuse_documents(&r, None, Some(lexical), &FusionParams::RRF);
         assert_eq!(out.len(), PASSAGES_PER_DOCUMENT);
+    }
+
+    #[test]
+    fn a_passage_another_document_already_gave_is_left_out() {
+        let chunk = |id: i64, doc: i64, title: &str, text: &str| {
+            let mut c =
+                ragtime_testkit::chunk(id, &format!("d{doc}"), title, text, serde_json::json!({}));
+            c.document_id = doc;
+            c
+        };
+        // Document 20 is a copy of 10 (an index page that repeats a
+        // chapter); 40 says the same words under a title of its own.
+        let r = ragtime_testkit::MemoryRetriever::new(
+            &ragtime_testkit::HashEmbedder::new(8),
+            vec![
+                chunk(1, 10, "What is rustdoc?", "Rustdoc documents crates."),
+                chunk(2, 20, "What is rustdoc?", "Rustdoc documents crates."),
+                chunk(3, 30, "Arguments", "Command-line arguments"),
+                chunk(4, 40, "A summary", "Rustdoc documents crates."),
+            ],
+        );
+        let lexical = vec![
+            doc(10, 5.0, &[(1, 1.0)]),
+            doc(20, 5.0, &[(2, 1.0)]),
+            doc(30, 4.0, &[(3, 1.0)]),
+            doc(40, 3.0, &[(4, 1.0)]),
+        ];
+        let (out, _) = fuse_documents(&r, None, Some(lexical), &FusionParams::RRF);
+        assert_eq!(passages(&out), [(10, 1), (30, 3), (40, 4)]);
     }
 
     fn budget() -> RequestBudget {

@@ -139,24 +139,37 @@ async fn quote_then_generate_sends_the_quote_before_the_model_starts() {
         "{texts:?}"
     );
     assert!(a.text.starts_with(&texts[0]));
+    // Only the model's part is checked; what it found is said after it.
+    let g = a.grounding.clone().expect("checked");
+    assert_eq!(g.sentences, 1);
+    let note = format!("\n\n({})", chat::UNSUPPORTED_NOTE);
+    let model_part = match g.grounded() {
+        true => a.text.as_str(),
+        false => a.text.strip_suffix(&note).expect("the note ends it"),
+    };
     assert!(
-        a.text.ends_with("Pass --vcs none to the new command [1]. "),
+        model_part.ends_with("Pass --vcs none to the new command [1]. "),
         "{}",
         a.text
     );
     assert!(!a.partial);
-    // Only the model's part is checked.
-    let g = a.grounding.expect("checked");
-    assert_eq!(g.sentences, 1);
 }
 
 #[tokio::test(start_paused = true)]
 async fn an_answer_naming_a_flag_no_source_has_is_unsupported_and_replaced_when_asked() {
     let made_up = "Run the new command with --no-git-repo to skip the git repository [1]. ";
-    // Annotate: the answer stands, the verdict says why.
+    // Annotate: the answer stands, says after it that its sources do not
+    // support it, and the verdict says why.
     let w = world(says(made_up));
     let (a, _) = generated(&w, OnUngrounded::Annotate, false).await;
-    assert_eq!(a.text, made_up);
+    assert_eq!(a.text, format!("{made_up}\n\n({})", chat::UNSUPPORTED_NOTE));
+    let (streamed, texts) = generated(&w, OnUngrounded::Annotate, true).await;
+    assert_eq!(texts.concat(), streamed.text, "the note is streamed too");
+    assert!(
+        streamed
+            .text
+            .ends_with(&format!("({})", chat::UNSUPPORTED_NOTE))
+    );
     let g = a.grounding.clone().expect("checked");
     assert_eq!((g.sentences, g.supported), (1, 0));
     assert!(g.unsupported[0].contains("--no-git-repo"), "{g:?}");
@@ -188,6 +201,47 @@ async fn an_answer_that_says_what_its_source_says_is_supported() {
     assert_eq!((g.sentences, g.supported), (2, 2), "{g:?}");
     assert!(!a.partial, "{:?}", a.partial_reason);
     assert!(a.text.starts_with("It initializes"));
+    assert!(
+        !a.text.contains(chat::UNSUPPORTED_NOTE),
+        "a supported answer has no note"
+    );
+}
+
+/// A follow-up is searched with what the conversation established: "Can I
+/// share it?" alone reads like the publishing passage (a package shared on
+/// the registry); after a question about the build cache, whose answer
+/// cited the "Build cache" section, it is answered from that section.
+#[tokio::test(start_paused = true)]
+async fn a_follow_up_is_answered_from_the_conversation_s_section() {
+    let w = world(says("never asked "));
+    let follow_up = "Can I share it between several projects?";
+    let alone = ask(
+        follow_up,
+        AnswerMode::Extractive,
+        OnUngrounded::Annotate,
+        false,
+    );
+    let mut input = alone.clone();
+    input.history = vec![
+        ragtime_core::Message::new("user", "where are builds cached?"),
+        ragtime_core::Message::new(
+            "assistant",
+            "> Builds are cached in the target folder.\n\u{2014} Build cache [1]",
+        ),
+    ];
+    assert_eq!(
+        input.search_text(),
+        "Can I share it between several projects?\nBuild cache\nwhere are builds cached?"
+    );
+    let (a, _) = turn(&w.deps(), &input).await;
+    assert!(a.text.contains("CARGO_TARGET_DIR"), "{}", a.text);
+    assert_eq!(
+        a.citations.first().map(|c| c.title.as_str()),
+        Some("Build cache")
+    );
+    // Without the conversation the same words find another passage first.
+    let (b, _) = turn(&w.deps(), &alone).await;
+    assert!(!b.text.starts_with("> Set CARGO_TARGET_DIR"), "{}", b.text);
 }
 
 #[tokio::test(start_paused = true)]

@@ -14,6 +14,7 @@ pub async fn ingest_files(
     config: &Config,
     collection: &str,
     files: &[PathBuf],
+    filter: &ragtime_parse::FileFilter,
     batch: usize,
 ) -> anyhow::Result<()> {
     config.validate()?;
@@ -21,8 +22,7 @@ pub async fn ingest_files(
         ragtime_core::valid_collection(collection),
         "--collection: must be 1 to 64 characters of letters, digits, '_', '-' or '.'"
     );
-    let mut docs = Vec::new();
-    let listed = list(files)?;
+    let listed = list(files, filter)?;
     let mut parsed = Vec::new();
     for f in &listed {
         let bytes = std::fs::read(f).with_context(|| format!("cannot read {}", f.display()))?;
@@ -31,8 +31,13 @@ pub async fn ingest_files(
                 .map_err(anyhow::Error::msg)?,
         );
     }
-    // Read together, so lines repeated on most pages (chrome) are dropped.
-    docs.extend(ragtime_parse::into_documents(parsed));
+    // Read together, so lines repeated on most pages (chrome) are dropped,
+    // and a page that repeats the others is found.
+    let read = ragtime_parse::into_documents(parsed);
+    for s in &read.skipped {
+        eprintln!("skipped {}: {}", listed[s.file].display(), s.reason);
+    }
+    let docs = read.docs;
     let store = crate::app::open_store(config).await?;
     // A one-off process neither reads nor writes the server's snapshots
     // (it shares their folder; a server beside it may be saving).
@@ -85,15 +90,35 @@ pub async fn ingest_files(
     Ok(())
 }
 
-/// The files named, folders walked.
-fn list(files: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+/// The files named, folders walked, less those `filter` refuses (a
+/// folder's files matched by their path from it, a named file by its
+/// path as given); how many it left out is said on stderr.
+fn list(files: &[PathBuf], filter: &ragtime_parse::FileFilter) -> anyhow::Result<Vec<PathBuf>> {
     let mut listed = Vec::new();
+    let mut left_out = 0usize;
     for f in files {
         if f.is_dir() {
-            walk(f, &mut listed).with_context(|| format!("cannot list {}", f.display()))?;
+            let mut found = Vec::new();
+            walk(f, &mut found).with_context(|| format!("cannot list {}", f.display()))?;
+            for p in found {
+                let rel = p
+                    .strip_prefix(f)
+                    .unwrap_or(&p)
+                    .to_string_lossy()
+                    .replace('\\', "/");
+                match filter.refuses(&rel) {
+                    Some(_) => left_out += 1,
+                    None => listed.push(p),
+                }
+            }
+        } else if filter.refuses(&f.to_string_lossy()).is_some() {
+            left_out += 1;
         } else {
             listed.push(f.clone());
         }
+    }
+    if left_out > 0 {
+        eprintln!("{left_out} files left out by --include/--exclude");
     }
     Ok(listed)
 }
@@ -156,10 +181,11 @@ pub async fn ingest_remote(
     api_key: Option<&str>,
     collection: &str,
     files: &[PathBuf],
+    filter: &ragtime_parse::FileFilter,
 ) -> anyhow::Result<()> {
     let server = server_url(server)?;
     let server = server.as_str();
-    let listed = list(files)?;
+    let listed = list(files, filter)?;
     anyhow::ensure!(!listed.is_empty(), "no file of a known type to send");
     let http = reqwest::Client::new();
     let auth = |r: reqwest::RequestBuilder| match api_key {
@@ -207,6 +233,10 @@ pub async fn ingest_remote(
         let id = body["id"]
             .as_str()
             .context("the server's answer has no job id")?;
+        for s in body["skipped"].as_array().into_iter().flatten() {
+            let (file, reason) = (s["id"].as_str(), s["reason"].as_str());
+            eprintln!("skipped {}: {}", file.unwrap_or("?"), reason.unwrap_or("?"));
+        }
         jobs.push(id.to_owned());
     }
     let bar = bar(0, "chunks");

@@ -43,6 +43,15 @@ enum Command {
         /// The API key for --server.
         #[arg(long, env = "RAGTIME_API_KEY", hide_env_values = true)]
         api_key: Option<String>,
+        /// Read only the files that match (repeatable): a pattern with a
+        /// `/` matches the path from the folder given (`guide/*.html`),
+        /// one without the file's name anywhere (`*.md`).
+        #[arg(long, value_name = "PATTERN")]
+        include: Vec<String>,
+        /// Leave out the files that match (repeatable; read as --include
+        /// is), e.g. `--exclude print.html --exclude '**/drafts/**'`.
+        #[arg(long, value_name = "PATTERN")]
+        exclude: Vec<String>,
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
@@ -85,35 +94,40 @@ async fn main() -> std::process::ExitCode {
             }
         }
         Command::Ingest {
-            server: Some(server),
-            api_key,
-            collection,
-            files,
-            ..
-        } => match ragtime_gateway::cli::ingest_remote(
-            &server,
-            api_key.as_deref(),
-            &collection,
-            &files,
-        )
-        .await
-        {
-            Ok(()) => std::process::ExitCode::SUCCESS,
-            Err(e) => fail(&format!("{e:#}")),
-        },
-        Command::Ingest {
             config,
             collection,
             batch,
+            server,
+            api_key,
+            include,
+            exclude,
             files,
-            ..
         } => {
+            let filter = match ragtime_parse::FileFilter::new(&include, &exclude) {
+                Ok(f) => f,
+                Err(e) => return fail(&format!("--include/--exclude: {e}")),
+            };
+            if let Some(server) = server {
+                let sent = ragtime_gateway::cli::ingest_remote(
+                    &server,
+                    api_key.as_deref(),
+                    &collection,
+                    &files,
+                    &filter,
+                );
+                return match sent.await {
+                    Ok(()) => std::process::ExitCode::SUCCESS,
+                    Err(e) => fail(&format!("{e:#}")),
+                };
+            }
             let config = match Config::load(config.as_deref()) {
                 Ok(c) => c,
                 Err(e) => return fail(&e),
             };
             let _telemetry = ragtime_gateway::init_telemetry(&config);
-            match ragtime_gateway::ingest_files(&config, &collection, &files, batch.max(1)).await {
+            let done =
+                ragtime_gateway::ingest_files(&config, &collection, &files, &filter, batch.max(1));
+            match done.await {
                 Ok(()) => std::process::ExitCode::SUCCESS,
                 Err(e) => fail(&format!("{e:#}")),
             }

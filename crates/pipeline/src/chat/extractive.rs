@@ -5,9 +5,20 @@
 //! Candidate sentences are scored by similarity to the query under the
 //! embedding model (all candidates embedded in one batch, within a few tens
 //! of milliseconds; without it, by words alone), fused with word overlap
-//! and the rank of the passage they come from; with a cross-encoder
-//! configured, the best few are scored by it too, in the time left.
+//! and the rank of the passage they come from, and weighed by what the
+//! question asks for ([`Ask`]: a number, something to type, an
+//! explanation) against what the sentence and the one after it hold; with
+//! a cross-encoder configured, the best few are scored by it too, in the
+//! time left.
+//!
+//! The quote is a unit, not a sentence: the best sentence and what it
+//! introduces or qualifies — the sentences after it, the code lines or
+//! list an "example:" sentence leads into, a definition's `Default:` line
+//! — while they fit, and the sentence before it when room is left (first,
+//! when the best one points back: "This is useful to …"). Lines stay lines
+//! (a code block is quoted as the lines it has).
 
+use crate::chat::ask::Ask;
 use crate::chat::text::{content_words, sentences};
 use ragtime_core::{Cancel, Embedder, Passage, Reranker};
 use std::collections::HashSet;
@@ -58,7 +69,27 @@ struct Candidate<'a> {
     /// Index of the sentence in its passage.
     at: usize,
     text: &'a str,
+    /// The sentence begins a line of its passage (it is quoted on a line of
+    /// its own); a whole line is quoted with its indentation.
+    line: Option<&'a str>,
     lexical: f32,
+}
+
+/// Whether `s` (a slice of `text`) begins a line of it, and the whole
+/// line, indentation kept, when `s` is all of it.
+fn line_of<'a>(text: &'a str, s: &'a str) -> (bool, Option<&'a str>) {
+    let start = (s.as_ptr() as usize).saturating_sub(text.as_ptr() as usize);
+    let Some(before) = text.get(..start) else {
+        return (false, None);
+    };
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    if !before[line_start..].trim().is_empty() {
+        return (false, None);
+    }
+    let end = start + s.len();
+    let line_end = text[end..].find('\n').map_or(text.len(), |i| end + i);
+    let whole = text[end..line_end].trim().is_empty();
+    (true, whole.then(|| text[line_start..line_end].trim_end()))
 }
 
 /// The passages an answer may quote, best first, each with the number it
@@ -99,10 +130,12 @@ fn candidates<'a>(query: &str, ranked: &Ranked<'a>) -> Vec<Candidate<'a>> {
             if at + 1 == n && !s.ends_with(['.', '!', '?', ':', ')', '`']) {
                 shape *= 0.8;
             }
+            let (starts, whole) = line_of(&p.chunk.text, s);
             out.push(Candidate {
                 rank,
                 at,
                 text: s,
+                line: whole.or(starts.then_some(s)),
                 lexical: shape * (0.7 * overlap + 0.3 * prior),
             });
         }
@@ -143,7 +176,26 @@ fn blend_cross(scores: &mut [f32], scored: &[(usize, f32)]) {
     }
 }
 
-/// The sentences to quote, given each candidate's score.
+/// Each candidate's score weighed by what `query` asks for, against what
+/// its unit holds (the sentence and the one after it).
+fn weigh(query: &str, cands: &[Candidate<'_>], scores: &mut [f32]) {
+    let ask = Ask::of(query);
+    if ask == Ask::Any {
+        return;
+    }
+    for (i, c) in cands.iter().enumerate() {
+        let next = cands
+            .get(i + 1)
+            .filter(|n| n.rank == c.rank && n.at == c.at + 1)
+            .map_or("", |n| n.text);
+        scores[i] *= ask.weight(&format!("{} {next}", c.text));
+    }
+}
+
+/// The unit to quote, given each candidate's score: the best sentence,
+/// the sentences after it while they fit (what it introduces or
+/// qualifies), then the one before it when there is room — first, when
+/// the best one points back at it.
 fn pick<'a>(cands: &[Candidate<'a>], scores: &[f32]) -> Vec<Candidate<'a>> {
     let score = |i: usize| scores[i];
     let mut order: Vec<usize> = (0..cands.len()).collect();
@@ -154,19 +206,32 @@ fn pick<'a>(cands: &[Candidate<'a>], scores: &[f32]) -> Vec<Candidate<'a>> {
     let b = &cands[best];
     let mut chosen = vec![b.clone()];
     let mut len = b.text.len();
-    // The sentence before it often says what the best one explains ("Use
-    // `as _`. This is useful to …"): it goes first when both fit.
-    if let Some(before) =
+    let sentence = |at: usize| cands.iter().find(|c| c.rank == b.rank && c.at == at);
+    let points_back = leans_back(b.text);
+    // The sentence before, when it says something: a whole sentence, not a
+    // heading, a lone brace or the tail of a sentence the chunk cut.
+    let before =
         b.at.checked_sub(1)
-            .and_then(|at| cands.iter().find(|c| c.rank == b.rank && c.at == at))
-        && len + 1 + before.text.len() <= MAX_QUOTE
-    {
-        len += 1 + before.text.len();
-        chosen.insert(0, before.clone());
+            .and_then(sentence)
+            .filter(|s| points_back || whole_sentence(s.text));
+    // A sentence that points back ("This is useful to …") needs the one
+    // before it ("Use `as _`."): that goes first. Otherwise the ones that
+    // follow go first, while they fit: the answer often sits after the
+    // sentence that shares the question's words ("X is the default. To
+    // turn it off, pass --y.", "For example:" and its code).
+    let take_before = |chosen: &mut Vec<Candidate<'a>>, len: &mut usize| {
+        if let Some(before) = before
+            && *len + 1 + before.text.len() <= MAX_QUOTE
+        {
+            *len += 1 + before.text.len();
+            chosen.insert(0, before.clone());
+        }
+    };
+    if points_back {
+        take_before(&mut chosen, &mut len);
     }
-    // The sentences that follow it, while they fit.
     for at in b.at + 1.. {
-        let Some(next) = cands.iter().find(|c| c.rank == b.rank && c.at == at) else {
+        let Some(next) = sentence(at) else {
             break;
         };
         if len + 1 + next.text.len() > MAX_QUOTE {
@@ -174,6 +239,9 @@ fn pick<'a>(cands: &[Candidate<'a>], scores: &[f32]) -> Vec<Candidate<'a>> {
         }
         len += 1 + next.text.len();
         chosen.push(next.clone());
+    }
+    if !points_back {
+        take_before(&mut chosen, &mut len);
     }
     // A close runner-up from another passage, when there is room.
     if let Some(&second) = order.get(1)
@@ -186,21 +254,75 @@ fn pick<'a>(cands: &[Candidate<'a>], scores: &[f32]) -> Vec<Candidate<'a>> {
     chosen
 }
 
+/// Whether `s` is a sentence of prose: four words or more, from a capital
+/// (or code) to its full stop.
+fn whole_sentence(s: &str) -> bool {
+    s.split_whitespace().count() >= 4
+        && !s.starts_with(|c: char| c.is_lowercase())
+        && s.ends_with(['.', '!', '?', ':'])
+}
+
+/// Whether a sentence opens by pointing back at the one before it.
+fn leans_back(s: &str) -> bool {
+    const BACK: &[&str] = &[
+        "this",
+        "that",
+        "these",
+        "those",
+        "it",
+        "its",
+        "they",
+        "such",
+        "thus",
+        "so",
+        "here",
+        "otherwise",
+        "instead",
+        "however",
+    ];
+    let first = s.split(|c: char| !c.is_alphanumeric()).next().unwrap_or("");
+    BACK.iter().any(|w| first.eq_ignore_ascii_case(w))
+}
+
+/// The chosen sentences of one passage as they read there: a sentence that
+/// begins a line of it goes on a new line (whole lines with their
+/// indentation), the rest follow with a space.
+fn join_lines(texts: &[&Candidate<'_>]) -> String {
+    let mut out = String::new();
+    for (i, c) in texts.iter().enumerate() {
+        match c.line {
+            Some(line) if i > 0 => {
+                out.push('\n');
+                out.push_str(line);
+            }
+            _ if i > 0 => {
+                out.push(' ');
+                out.push_str(c.text);
+            }
+            Some(line) => out.push_str(line.trim_start()),
+            None => out.push_str(c.text),
+        }
+    }
+    out
+}
+
 /// The answer text from the chosen sentences: each passage's quote, then
 /// where it comes from (its title — the section path when the document has
 /// sections — and citation number).
 fn compose(ranked: &Ranked<'_>, chosen: &[Candidate<'_>], why: Why) -> String {
     let mut parts: Vec<String> = Vec::new();
-    let mut by_rank: Vec<(usize, Vec<&str>)> = Vec::new();
+    let mut by_rank: Vec<(usize, Vec<&Candidate<'_>>)> = Vec::new();
     for c in chosen {
         match by_rank.iter_mut().find(|(r, _)| *r == c.rank) {
-            Some((_, v)) => v.push(c.text),
-            None => by_rank.push((c.rank, vec![c.text])),
+            Some((_, v)) => v.push(c),
+            None => by_rank.push((c.rank, vec![c])),
         }
     }
     for (rank, texts) in by_rank {
         let (n, p) = ranked[rank];
-        let quote = crate::chat::prompt::snippet(&texts.join(" "), MAX_QUOTE);
+        let quote = crate::chat::prompt::snippet(&join_lines(&texts), MAX_QUOTE);
+        // Each line of the quote a line of the block quote.
+        let quote = quote.replace('\n', "\n> ");
         let heading = p.chunk.heading();
         let source = if heading.is_empty() {
             format!("[{n}]")
@@ -230,7 +352,9 @@ pub fn with_note(body: String, why: Why) -> String {
 /// The extractive answer by words and rank alone (no embedding model).
 pub fn extractive_answer(query: &str, ranked: &Ranked<'_>, why: Why) -> String {
     let cands = candidates(query, ranked);
-    compose(ranked, &pick(&cands, &fused(&cands, None)), why)
+    let mut scores = fused(&cands, None);
+    weigh(query, &cands, &mut scores);
+    compose(ranked, &pick(&cands, &scores), why)
 }
 
 /// Candidates a configured cross-encoder scores at most (the best so far).
@@ -256,6 +380,7 @@ pub async fn extract(
         None => None,
     };
     let mut scores = fused(&cands, sims.as_deref());
+    weigh(query, &cands, &mut scores);
     let left = time.saturating_sub(started.elapsed());
     if let Some(cross) = cross.filter(|_| !cands.is_empty() && !left.is_zero()) {
         let mut order: Vec<usize> = (0..cands.len()).collect();
@@ -353,9 +478,67 @@ mod tests {
         )];
         let a = extractive_answer("turn the build cache on", &ranked(&hits), Why::Chosen);
         assert!(
-            a.contains("To turn the build cache on: cargo build --cache on"),
+            a.contains("To turn the build cache on:\n> cargo build --cache on"),
             "{a}"
         );
+    }
+
+    /// The quote of one passage (`section`, `text`) for `question`.
+    fn quote_one(section: &str, text: &str, question: &str) -> String {
+        let hits = vec![hit(1, section, text)];
+        extractive_answer(question, &ranked(&hits), Why::Chosen)
+    }
+
+    #[test]
+    fn a_sentence_is_quoted_with_the_code_block_it_introduces_lines_kept() {
+        let a = quote_one(
+            "Documentation tests › Attributes",
+            "Code blocks can be annotated with attributes. For example, to skip running a test, write:\nfn main() {\n    loop {}\n}\nThe test is still compiled.",
+            "how do I keep a doc test from running",
+        );
+        assert!(
+            a.starts_with("> Code blocks can be annotated with attributes. For example, to skip running a test, write:\n> fn main() {\n>     loop {}\n> }\n"),
+            "{a}"
+        );
+        assert!(a.contains("— Documentation tests › Attributes [1]"), "{a}");
+    }
+
+    #[test]
+    fn a_definition_is_quoted_with_its_default_line() {
+        let a = quote_one(
+            "Configuration › build.jobs",
+            "build.jobs\nSets the maximum number of compiler processes to run in parallel.\nType: integer\nDefault: number of logical CPUs\nEnvironment: CARGO_BUILD_JOBS",
+            "how many compiler processes run in parallel by default?",
+        );
+        assert!(a.contains("> Default: number of logical CPUs"), "{a}");
+        // The key is the section's own name: said where the quote comes from.
+        assert!(a.starts_with("> Sets the maximum number"), "{a}");
+        assert!(
+            a.contains("\n\u{2014} Configuration › build.jobs [1]"),
+            "{a}"
+        );
+    }
+
+    #[test]
+    fn how_many_chooses_the_unit_with_the_number_over_closer_words() {
+        let hits = vec![
+            hit(1, "Derive", "A tuple struct can derive Debug."),
+            hit(
+                2,
+                "Impls",
+                "Derived impls cover tuple structs of up to 12 fields.",
+            ),
+        ];
+        let r = ranked(&hits);
+        let q = "how many fields may a tuple struct have for derived Debug";
+        let a = extractive_answer(q, &r, Why::Chosen);
+        assert!(
+            a.starts_with("> Derived impls cover tuple structs of up to 12 fields."),
+            "{a}"
+        );
+        // Asked what it is, not how many: the closer words win.
+        let a = extractive_answer("can a tuple struct derive Debug", &r, Why::Chosen);
+        assert!(a.starts_with("> A tuple struct can derive Debug."), "{a}");
     }
 
     #[test]

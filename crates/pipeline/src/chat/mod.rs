@@ -17,6 +17,7 @@
 //! [`ChatEvent::Sources`] before the LLM starts, then [`ChatEvent::Text`]
 //! as text is produced.
 
+mod ask;
 mod extractive;
 mod generate;
 mod guard;
@@ -134,6 +135,30 @@ pub struct ChatInput {
 }
 
 impl ChatInput {
+    /// What the request is searched and quoted by: the question, and in a
+    /// conversation what it already established — the previous question
+    /// and the sections the last answer cited (its `— Section [n]` lines) —
+    /// so a follow-up ("Can I give it more than one?") is searched about
+    /// what "it" was. The question's own words come first.
+    pub fn search_text(&self) -> String {
+        let mut text = self.query.clone();
+        let before = self.history.iter().rev();
+        if let Some(answer) = before.clone().find(|m| m.role == "assistant") {
+            for line in answer.content.lines() {
+                if let Some(source) = line.strip_prefix("\u{2014} ") {
+                    let section = source.rsplit_once(" [").map_or(source, |(s, _)| s);
+                    text.push('\n');
+                    text.push_str(section);
+                }
+            }
+        }
+        if let Some(asked) = before.clone().find(|m| m.role == "user") {
+            text.push('\n');
+            text.push_str(&asked.content);
+        }
+        text
+    }
+
     /// A question with no history, filter or sampling settings of its own.
     pub fn new(query: impl Into<String>, scope: Scope, top_k: usize) -> Self {
         Self {
@@ -323,7 +348,7 @@ enum Lookup {
 /// `embed`, then `cache`: a verified paraphrase of the same scope answers
 /// at once. Follow-ups in a conversation skip the cache.
 async fn lookup(budget: &RequestBudget, deps: &ChatDeps<'_>, input: &ChatInput) -> Lookup {
-    let vector = embed_query(budget, deps.embedder, &input.query, Mode::Hybrid).await;
+    let vector = embed_query(budget, deps.embedder, &input.search_text(), Mode::Hybrid).await;
     let usable = match (deps.cache, &vector) {
         (None, _) => Err("the semantic cache is off"),
         (Some(_), None) => Err("no query vector"),
@@ -405,7 +430,7 @@ async fn passages(
     let reranker = deps.reranker.filter(|_| shape.rerank);
     let depth = reranker.map_or(0, |(_, p)| p.depth);
     let req = SearchRequest {
-        query: input.query.clone(),
+        query: input.search_text(),
         top_k: top_k.max(depth),
         mode: Mode::Hybrid,
         filter: input.filter.clone(),
@@ -415,7 +440,7 @@ async fn passages(
         .hits;
     match (reranker, deps.reranker) {
         (Some((model, params)), _) => {
-            hits = rerank(budget, model, &input.query, hits, params).await.0;
+            hits = rerank(budget, model, &req.query, hits, params).await.0;
         }
         (None, Some(_)) => {
             let why = shape.describe().unwrap_or_default();
@@ -492,7 +517,8 @@ async fn quote(t: &Turn<'_>, ranked: &[(usize, &Passage)], why: Why) -> String {
     let time = budget.remaining().min(EXTRACTIVE_EMBED);
     // Shed requests get the cheapest quote: no cross-encoder.
     let cross = deps.reranker.map(|(r, _)| r).filter(|_| why != Why::Busy);
-    extract(&input.query, qv, ranked, deps.embedder, cross, time, why).await
+    let asked = input.search_text();
+    extract(&asked, qv, ranked, deps.embedder, cross, time, why).await
 }
 
 /// The extractive answer: no prefill needed, so it draws on the best
@@ -814,8 +840,13 @@ async fn streamed(
     }
 }
 
+/// What an annotated answer that its sources do not support says after it.
+pub const UNSUPPORTED_NOTE: &str = "The sources do not support most of what the model wrote here; check the cited passages before relying on it.";
+
 /// `verify`: the grounding check of the model's answer, within its own
-/// budget; then what `on_ungrounded` says to do with an unsupported one.
+/// budget; then what `on_ungrounded` says to do with an unsupported one:
+/// annotated, a whole answer says so after its text; extractive, the quote
+/// replaces it (or follows it, streamed).
 async fn verify(
     t: &Turn<'_>,
     mut r: Reply,
@@ -845,7 +876,19 @@ async fn verify(
         .await;
     r.grounding = run.value;
     let ungrounded = r.grounding.as_ref().is_some_and(|g| !g.grounded());
-    if !ungrounded || input.on_ungrounded == OnUngrounded::Annotate {
+    if !ungrounded {
+        return r;
+    }
+    if input.on_ungrounded == OnUngrounded::Annotate {
+        if r.reason.is_some() || r.finish_reason != "stop" {
+            // Cut short (a loop, a broken stream, out of time or tokens):
+            // its partial reason says more than the check does.
+            return r;
+        }
+        // Said in the answer, where the reader looks, not only in a field.
+        let tail = format!("\n\n({UNSUPPORTED_NOTE})");
+        out.send(tail.clone()).await;
+        r.text.push_str(&tail);
         return r;
     }
     let ranked: Vec<(usize, &Passage)> = r

@@ -123,6 +123,31 @@ pub struct IngestOut {
     collection: String,
     documents: Vec<IngestedOut>,
     corpus_version: i64,
+    /// Uploaded files that gave no document: left out by `include` or
+    /// `exclude`, a page that only redirects, a page that repeats the
+    /// others (a print-all page).
+    skipped: Vec<SkippedOut>,
+}
+
+/// An uploaded file that gave no document, and why.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SkippedOut {
+    /// Its form field (`file[3]`).
+    file: String,
+    /// Its name as uploaded (the document id it would have had).
+    id: String,
+    #[schema(example = "only redirects to guide/intro.html")]
+    reason: String,
+}
+
+impl SkippedOut {
+    fn new(file: String, id: &str, reason: String) -> Self {
+        Self {
+            file,
+            id: ragtime_parse::document_id(id),
+            reason,
+        }
+    }
 }
 
 #[derive(Serialize, ToSchema)]
@@ -244,17 +269,21 @@ async fn ingest(
     state: &AppState,
     slot: IngestSlot,
     tenant: &Tenant,
-    collection: String,
-    docs: Vec<IngestDoc>,
-    run_async: bool,
+    up: Upload,
 ) -> Result<Response, ApiError> {
+    let Upload {
+        collection,
+        docs,
+        skipped,
+        run_async,
+    } = up;
     let pipeline = state.pipeline()?;
     let bytes: usize = docs.iter().map(|d| d.text.len() + d.title.len()).sum();
     if run_async || docs.len() > MAX_DOCS || bytes > state.config.limits.job_above_bytes {
         // The job takes its own slot when it runs.
         drop(slot);
         let job = pipeline.submit_job(tenant, &collection, docs).await?;
-        return Ok(super::jobs::Accepted(job).into_response());
+        return Ok(super::jobs::Accepted(job, skipped).into_response());
     }
     let (done, corpus_version) = pipeline.ingest(slot, tenant, &collection, docs).await?;
     let documents = done
@@ -273,6 +302,7 @@ async fn ingest(
         collection,
         documents,
         corpus_version,
+        skipped,
     })
     .into_response())
 }
@@ -282,7 +312,7 @@ async fn ingest(
 /// ingests, or `"async": true`).
 #[utoipa::path(post, path = "/v1/documents", tag = "documents",
     request_body(content((IngestIn = "application/json"), (Object = "multipart/form-data")),
-        description = "JSON documents, or `file` parts (.txt, .md, .html, .pdf, BEIR .jsonl/.jsonl.gz) with optional `collection`, `metadata` and `async` (`true`) fields"),
+        description = "JSON documents, or `file` parts (.txt, .md, .html, .pdf, .rs, BEIR .jsonl/.jsonl.gz) with optional `collection`, `metadata`, `include`/`exclude` (file name patterns, one a part) and `async` (`true`) fields"),
     responses(
         (status = 200, description = "What happened to each document", body = IngestOut),
         (status = 202, description = "A job ingests them (`Location` names it)", body = super::jobs::JobOut,
@@ -307,7 +337,7 @@ pub async fn create(
             return Err(e.into());
         }
     };
-    let (collection, docs, run_async) = if multipart {
+    let up = if multipart {
         let form = Multipart::from_request(req, &state).await.map_err(|e| {
             ApiError::invalid("body", format!("bad multipart body: {}", e.body_text()))
         })?;
@@ -317,9 +347,14 @@ pub async fn create(
         check_collection(&req.collection, "collection")?;
         let docs = req.documents.into_iter().enumerate();
         let docs = docs.map(|(i, d)| (format!("documents[{i}]"), d)).collect();
-        (req.collection, check_all(docs, "documents")?, req.run_async)
+        Upload {
+            collection: req.collection,
+            docs: check_all(docs, "documents")?,
+            skipped: Vec::new(),
+            run_async: req.run_async,
+        }
     };
-    ingest(&state, slot, &tenant, collection, docs, run_async).await
+    ingest(&state, slot, &tenant, up).await
 }
 
 /// Reads a request's body to its end (at most `limit` bytes, for at most
@@ -480,36 +515,45 @@ fn multipart_error(e: &axum::extract::multipart::MultipartError) -> ApiError {
     }
 }
 
+/// What an upload asked for: the collection, the documents of its files,
+/// the files skipped and whether to answer with a job.
+pub(crate) struct Upload {
+    collection: String,
+    docs: Vec<IngestDoc>,
+    skipped: Vec<SkippedOut>,
+    run_async: bool,
+}
+
+/// A text part of the form, read.
+async fn text_field(field: axum::extract::multipart::Field<'_>) -> Result<String, ApiError> {
+    field.text().await.map_err(|e| multipart_error(&e))
+}
+
 /// Files uploaded as `multipart/form-data`: one or more `file` parts,
 /// optional `collection`, `metadata` (a JSON object applied to every
-/// document) and `async` (`true` or `false`) text parts. Every file is
-/// read and checked before anything is written.
-async fn upload(mut form: Multipart) -> Result<(String, Vec<IngestDoc>, bool), ApiError> {
+/// document), `include` and `exclude` (file name patterns, one a part,
+/// as `ragtime ingest` reads them) and `async` (`true` or `false`) text
+/// parts. Every file is read and checked before anything is written.
+async fn upload(mut form: Multipart) -> Result<Upload, ApiError> {
     let mut collection = default_collection();
     let mut run_async = false;
     let mut extra = Map::new();
-    let mut parsed_files = Vec::new();
-    // The field each document came from, in order.
-    let mut paths: Vec<String> = Vec::new();
-    let mut files = 0usize;
+    let (mut include, mut exclude) = (Vec::new(), Vec::new());
+    // Each file's form field, name and bytes, read once the form is.
+    let mut files: Vec<(String, String, Vec<u8>)> = Vec::new();
     while let Some(field) = form.next_field().await.map_err(|e| multipart_error(&e))? {
         let name = field.name().unwrap_or_default().to_owned();
         match name.as_str() {
-            "collection" => collection = field.text().await.map_err(|e| multipart_error(&e))?,
-            "async" => {
-                let text = field.text().await.map_err(|e| multipart_error(&e))?;
-                run_async = boolean(&text, "async")?;
-            }
-            "metadata" => {
-                let text = field.text().await.map_err(|e| multipart_error(&e))?;
-                match serde_json::from_str(&text) {
-                    Ok(Value::Object(m)) => extra = m,
-                    _ => return Err(ApiError::invalid("metadata", "must be a JSON object")),
-                }
-            }
+            "collection" => collection = text_field(field).await?,
+            "async" => run_async = boolean(&text_field(field).await?, "async")?,
+            "include" => include.push(text_field(field).await?),
+            "exclude" => exclude.push(text_field(field).await?),
+            "metadata" => match serde_json::from_str(&text_field(field).await?) {
+                Ok(Value::Object(m)) => extra = m,
+                _ => return Err(ApiError::invalid("metadata", "must be a JSON object")),
+            },
             "file" => {
-                let path = format!("file[{files}]");
-                files += 1;
+                let path = format!("file[{}]", files.len());
                 let filename = field
                     .file_name()
                     .map(str::to_owned)
@@ -517,21 +561,86 @@ async fn upload(mut form: Multipart) -> Result<(String, Vec<IngestDoc>, bool), A
                 let filename = filename
                     .ok_or_else(|| ApiError::invalid(&path, "a file part needs a filename"))?;
                 let bytes = field.bytes().await.map_err(|e| multipart_error(&e))?;
-                let parsed = parse_off_thread(filename, bytes.to_vec(), &path).await?;
-                let n = ragtime_parse::documents_in(&parsed);
-                paths.extend(std::iter::repeat_n(path, n));
-                parsed_files.push(parsed);
+                files.push((path, filename, bytes.to_vec()));
             }
             other => {
-                let msg = "unknown form field; use file, collection, metadata or async";
+                let msg =
+                    "unknown form field; use file, collection, metadata, include, exclude or async";
                 return Err(ApiError::invalid(other, msg));
             }
         }
     }
     check_collection(&collection, "collection")?;
     check_metadata(&extra, "metadata")?;
-    let docs = uploaded_documents(parsed_files, paths, &extra)?;
-    Ok((collection, check_all(docs, "file")?, run_async))
+    let bad = |field: &'static str| move |e: String| ApiError::invalid(field, e);
+    ragtime_parse::FileFilter::new(&include, &[]).map_err(bad("include"))?;
+    let filter = ragtime_parse::FileFilter::new(&include, &exclude).map_err(bad("exclude"))?;
+    let (docs, skipped) = read_files(files, &filter, &extra).await?;
+    Ok(Upload {
+        collection,
+        docs: check_all(docs, "file")?,
+        skipped,
+        run_async,
+    })
+}
+
+/// The uploaded files read (those `filter` lets through), each document
+/// with the form field it came from and the form's `metadata` added, and
+/// the files skipped. Skipping every file is an error naming the first.
+async fn read_files(
+    files: Vec<(String, String, Vec<u8>)>,
+    filter: &ragtime_parse::FileFilter,
+    extra: &Map<String, Value>,
+) -> Result<(Vec<(String, DocumentIn)>, Vec<SkippedOut>), ApiError> {
+    if files.is_empty() {
+        return Err(ApiError::invalid("file", "no file was uploaded"));
+    }
+    let mut skipped = Vec::new();
+    let mut paths = Vec::new();
+    let mut parsed = Vec::new();
+    for (path, filename, bytes) in files {
+        if let Some(reason) = filter.refuses(&filename) {
+            skipped.push(SkippedOut::new(path, &filename, reason));
+            continue;
+        }
+        parsed.push(parse_off_thread(filename, bytes, &path).await?);
+        paths.push(path);
+    }
+    // Read together, so lines repeated on most pages (chrome) are dropped
+    // and a page that repeats the others is found.
+    let read = ragtime_parse::into_documents(parsed);
+    for s in read.skipped {
+        skipped.push(SkippedOut::new(paths[s.file].clone(), &s.id, s.reason));
+    }
+    if read.docs.is_empty() {
+        let first = skipped.first();
+        let (field, msg) = first.map_or(("file".to_owned(), "no document".to_owned()), |s| {
+            (
+                s.file.clone(),
+                format!("{}: {}; nothing to ingest", s.id, s.reason),
+            )
+        });
+        return Err(ApiError::invalid(field, msg));
+    }
+    let mut docs = Vec::with_capacity(read.docs.len());
+    for (d, file) in read.docs.into_iter().zip(read.from) {
+        let path = paths[file].clone();
+        if d.text.len() > MAX_TEXT {
+            let msg = format!("{}: its text is longer than {MAX_TEXT} bytes", d.id);
+            return Err(ApiError::new(ErrorCode::PayloadTooLarge, msg).field(&path));
+        }
+        let mut metadata = d.metadata;
+        metadata.extend(extra.clone());
+        let doc = DocumentIn {
+            id: d.id,
+            title: d.title,
+            text: d.text,
+            metadata,
+            sections: d.sections,
+        };
+        docs.push((path, doc));
+    }
+    Ok((docs, skipped))
 }
 
 /// `true` or `false`, else an error naming `field`.
@@ -541,39 +650,4 @@ fn boolean(text: &str, field: &str) -> Result<bool, ApiError> {
         "false" => Ok(false),
         _ => Err(ApiError::invalid(field, "must be true or false")),
     }
-}
-
-/// The uploaded files' documents, each with the form field it came from
-/// (`paths`, in order) and the form's `metadata` added.
-fn uploaded_documents(
-    parsed_files: Vec<ragtime_parse::ParsedFile>,
-    paths: Vec<String>,
-    extra: &Map<String, Value>,
-) -> Result<Vec<(String, DocumentIn)>, ApiError> {
-    if parsed_files.is_empty() {
-        return Err(ApiError::invalid("file", "no file was uploaded"));
-    }
-    // Read together, so lines repeated on most pages (chrome) are dropped.
-    let docs = ragtime_parse::into_documents(parsed_files);
-    for (path, d) in paths.iter().zip(&docs) {
-        if d.text.len() > MAX_TEXT {
-            let msg = format!("{}: its text is longer than {MAX_TEXT} bytes", d.id);
-            return Err(ApiError::new(ErrorCode::PayloadTooLarge, msg).field(path));
-        }
-    }
-    Ok(paths
-        .into_iter()
-        .zip(docs)
-        .map(|(path, mut d)| {
-            d.metadata.extend(extra.clone());
-            let doc = DocumentIn {
-                id: d.id,
-                title: d.title,
-                text: d.text,
-                metadata: d.metadata,
-                sections: d.sections,
-            };
-            (path, doc)
-        })
-        .collect())
 }

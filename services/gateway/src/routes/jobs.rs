@@ -49,6 +49,10 @@ pub struct JobOut {
     created_ms: i64,
     started_ms: Option<i64>,
     finished_ms: Option<i64>,
+    /// In the answer to the upload that made the job: its files that gave
+    /// no document, and why (as `POST /v1/documents` answers them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    skipped: Vec<super::documents::SkippedOut>,
 }
 
 /// The job's estimated seconds to go: its chunks left at its chunk rate so
@@ -85,6 +89,7 @@ impl From<JobRecord> for JobOut {
             created_ms: j.created_ms,
             started_ms: j.started_ms,
             finished_ms: j.finished_ms,
+            skipped: Vec::new(),
             id: j.id,
             collection: j.collection,
         }
@@ -92,12 +97,14 @@ impl From<JobRecord> for JobOut {
 }
 
 /// A job just made: 202 with `Location: /v1/jobs/{id}`.
-pub struct Accepted(pub JobRecord);
+pub struct Accepted(pub JobRecord, pub Vec<super::documents::SkippedOut>);
 
 impl IntoResponse for Accepted {
     fn into_response(self) -> Response {
         let location = HeaderValue::from_str(&format!("/v1/jobs/{}", self.0.id));
-        let mut resp = (StatusCode::ACCEPTED, Json(JobOut::from(self.0))).into_response();
+        let mut job = JobOut::from(self.0);
+        job.skipped = self.1;
+        let mut resp = (StatusCode::ACCEPTED, Json(job)).into_response();
         if let Ok(v) = location {
             resp.headers_mut().insert(header::LOCATION, v);
         }

@@ -629,6 +629,33 @@ async fn ragtime_ingest_with_a_server_sends_jobs_and_follows_them_to_the_end() {
     );
     let written = std::fs::read_dir(elsewhere.path()).map_or(1, |d| d.count());
     assert_eq!(written, 0);
+    // Patterns leave files out before they are sent; the server says
+    // which it skipped (a page that only redirects) and the command prints it.
+    std::fs::write(
+        notes.join("old.html"),
+        "<head><meta http-equiv=refresh content=\"0; url=n00.md\"></head><p>Moved.</p>",
+    )
+    .expect("write");
+    let mut filtered = args(&server);
+    filtered.splice(1..1, ["--exclude".to_owned(), "n1?.md".to_owned()]);
+    let out = ragtime(filtered, dir.path().to_owned()).await;
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("10 files left out by --include/--exclude"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("old.html: only redirects to n00.md"),
+        "{stderr}"
+    );
+    assert!(
+        stdout.contains("(0 created, 0 replaced, 30 unchanged"),
+        "{stdout}"
+    );
     // A server that is not there: a clear failure.
     let file = notes.join("n00.md").display().to_string();
     let gone = vec![

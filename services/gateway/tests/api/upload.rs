@@ -665,3 +665,118 @@ async fn an_ingest_past_the_concurrent_limit_is_refused_and_writes_nothing() {
     );
     app.shutdown().await.expect("shutdown");
 }
+
+/// A folder as users have it: a print-all page that repeats every chapter,
+/// a page that only redirects, a file the user leaves out by pattern, a
+/// source file. The upload says what it skipped and why; no skipped page
+/// is searchable, so none fills the top hits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_folder_uploaded_whole_skips_its_print_page_stubs_and_excluded_files() {
+    let app = TestApp::builder().spawn().await;
+    let topics = ["lifetimes", "closures", "traits", "macros"];
+    let lines = |t: &str| -> Vec<String> {
+        (0..6)
+            .map(|j| format!("The chapter on {t} explains point {j} of {t} in detail."))
+            .collect()
+    };
+    let html = |lines: &[String]| {
+        let ps: String = lines.iter().map(|l| format!("<p>{l}</p>")).collect();
+        format!("<html><body><main>{ps}</main></body></html>").into_bytes()
+    };
+    let mut form = Form::new()
+        .text("exclude", "**/drafts/*")
+        .text("collection", "book");
+    for t in topics {
+        form = form.part("file", file(&format!("book/{t}.html"), html(&lines(t))));
+    }
+    let all: Vec<String> = topics.iter().flat_map(|t| lines(t)).collect();
+    let stub = b"<html><head><meta http-equiv=\"refresh\" content=\"0; URL=macros.html\"></head>\
+        <body><p>Redirecting to... <a href=\"macros.html\">macros.html</a>.</p></body></html>";
+    form = form
+        .part("file", file("book/print.html", html(&all)))
+        .part("file", file("book/old-macros.html", stub.to_vec()))
+        .part("file", file("book/drafts/wip.html", html(&lines("drafts"))))
+        .part(
+            "file",
+            file(
+                "src/retry.rs",
+                b"/// Retries a flaky call three times before it gives up.\npub fn retry() {}\n"
+                    .to_vec(),
+            ),
+        );
+    let r = upload(&app, form).await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap_or_default());
+    let body: Value = r.json().await.expect("json");
+    let created: Vec<&str> = body["documents"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|d| d["id"].as_str())
+        .collect();
+    assert_eq!(
+        created.len(),
+        5,
+        "four chapters and the source file: {body}"
+    );
+    let skipped: Vec<(&str, &str, &str)> = body["skipped"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| {
+            let f = |k: &str| s[k].as_str().unwrap_or_default();
+            (f("file"), f("id"), f("reason"))
+        })
+        .collect();
+    assert_eq!(skipped.len(), 3, "{body}");
+    assert!(skipped.contains(&(
+        "file[6]",
+        "book/drafts/wip.html",
+        "excluded by \"**/drafts/*\""
+    )));
+    assert!(skipped.contains(&(
+        "file[5]",
+        "book/old-macros.html",
+        "only redirects to macros.html"
+    )));
+    let print = skipped.iter().find(|s| s.1 == "book/print.html");
+    assert!(
+        print.is_some_and(|s| s.0 == "file[4]" && s.2.starts_with("repeats 4 other pages")),
+        "{body}"
+    );
+    for q in [
+        "point of closures in detail",
+        "lifetimes explains point",
+        "macros",
+    ] {
+        let found = app
+            .search(json!({"query": q, "collection": "book", "mode": "lexical", "top_k": 5}))
+            .await;
+        let hits = ids(&found);
+        assert!(!hits.is_empty(), "{found}");
+        assert!(
+            hits.iter()
+                .all(|id| id.ends_with(".html") && !id.contains("print") && !id.contains("old-")),
+            "{q}: {hits:?}"
+        );
+    }
+    let found = app
+        .search(json!({"query": "flaky call retries", "collection": "book", "top_k": 1}))
+        .await;
+    assert_eq!(ids(&found), ["src/retry.rs"]);
+    // A bad pattern is refused naming its field, and writes nothing.
+    let form = Form::new()
+        .text("include", "[")
+        .part("file", file("x.html", html(&lines("x"))));
+    let (s, code, f, body) = error_of(upload(&app, form).await).await;
+    assert_eq!(
+        (s, code.as_str(), f.as_deref()),
+        (422, "invalid_request", Some("include")),
+        "{body}"
+    );
+    // A lone stub gives nothing to ingest: refused, naming the file.
+    let form = Form::new().part("file", file("old.html", stub.to_vec()));
+    let (s, _, f, body) = error_of(upload(&app, form).await).await;
+    assert_eq!((s, f.as_deref()), (422, Some("file[0]")), "{body}");
+    assert!(body.to_string().contains("only redirects"), "{body}");
+    app.shutdown().await.expect("shutdown");
+}
