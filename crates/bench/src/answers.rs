@@ -263,6 +263,9 @@ async fn run_set(name: &str) {
 
     // `BENCH_LEXICAL=chunks|documents`: what BM25 ranks documents by
     // (default `auto`, as the service).
+    // `BENCH_DRY` and `BENCH_FREQUENCY_PENALTY`: the sampling settings
+    // (`chat.dry_multiplier`, `chat.frequency_penalty`) compared for loops.
+    let mut sampling = (0.0, 0.0);
     let server = Server::start(|c| {
         use ragtime_gateway::config::Lexical;
         match std::env::var("BENCH_LEXICAL").as_deref() {
@@ -270,8 +273,20 @@ async fn run_set(name: &str) {
             Ok("documents") => c.chunking.lexical = Lexical::Documents,
             _ => {}
         }
+        let num = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<f64>().ok());
+        if let Some(d) = num("BENCH_DRY") {
+            c.chat.dry_multiplier = d;
+        }
+        if let Some(f) = num("BENCH_FREQUENCY_PENALTY") {
+            c.chat.frequency_penalty = f;
+        }
+        sampling = (c.chat.frequency_penalty, c.chat.dry_multiplier);
     })
     .await;
+    println!(
+        "sampling: frequency_penalty {}, dry_multiplier {}",
+        sampling.0, sampling.1
+    );
     let http = reqwest::Client::new();
     upload(&http, &server.base, &pages).await;
 

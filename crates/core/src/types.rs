@@ -191,6 +191,11 @@ pub struct GenRequest {
     /// OpenAI's `frequency_penalty` (-2 to 2): repeated tokens made less
     /// likely, in proportion to how often they came.
     pub frequency_penalty: Option<f64>,
+    /// DRY sampling's strength (llama.cpp's `dry_multiplier`; "don't
+    /// repeat yourself", Weidmann 2024): a token that would extend a
+    /// sequence already in the text is made less likely the longer that
+    /// sequence. Sent only to a backend known to take it.
+    pub dry_multiplier: Option<f64>,
     /// W3C trace context to propagate to the backend.
     pub traceparent: Option<String>,
 }

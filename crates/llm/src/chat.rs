@@ -169,13 +169,12 @@ where
 }
 
 impl LlmClient {
-    /// Starts a streamed chat completion. Returns once the backend has
-    /// answered with a success status; events arrive through the stream,
-    /// and dropping it closes the connection, which stops the generation.
-    pub async fn stream_chat(
-        &self,
-        req: &GenRequest,
-    ) -> Result<impl Stream<Item = Result<GenEvent, LlmError>> + Send + use<>, LlmError> {
+    /// The JSON a chat request sends: OpenAI's fields, and, to a backend
+    /// known to be llama.cpp's server, its own — prompt progress, the
+    /// slot's prompt cache (a prefix shared with the slot's last prompt is
+    /// not read again) and DRY sampling. Never to another server: it may
+    /// refuse a field it does not know.
+    pub(crate) fn request_body(&self, req: &GenRequest) -> serde_json::Value {
         let mut body = json!({
             "model": req.model,
             "messages": req.messages,
@@ -192,9 +191,24 @@ impl LlmClient {
         if let Some(p) = req.frequency_penalty {
             body["frequency_penalty"] = json!(p);
         }
-        if self.streams_progress() {
+        if self.is_llama_cpp() {
             body["return_progress"] = json!(true);
+            body["cache_prompt"] = json!(true);
+            if let Some(d) = req.dry_multiplier.filter(|d| *d > 0.0) {
+                body["dry_multiplier"] = json!(d);
+            }
         }
+        body
+    }
+
+    /// Starts a streamed chat completion. Returns once the backend has
+    /// answered with a success status; events arrive through the stream,
+    /// and dropping it closes the connection, which stops the generation.
+    pub async fn stream_chat(
+        &self,
+        req: &GenRequest,
+    ) -> Result<impl Stream<Item = Result<GenEvent, LlmError>> + Send + use<>, LlmError> {
+        let body = self.request_body(req);
         let mut http = self
             .http()
             .post(format!("{}/chat/completions", self.base_url()))
@@ -319,6 +333,45 @@ mod tests {
         assert_eq!(got, vec![Err(LlmError::Stream("model overloaded".into()))]);
         let got = collect("data: not json\n\n").await;
         assert!(matches!(got.as_slice(), [Err(LlmError::Protocol(_))]));
+    }
+
+    #[test]
+    fn llama_fields_go_only_to_llama_cpp() {
+        let req = GenRequest {
+            model: "m".into(),
+            messages: Vec::new(),
+            max_tokens: 8,
+            temperature: Some(0.0),
+            top_p: None,
+            frequency_penalty: Some(0.5),
+            dry_multiplier: Some(0.8),
+            traceparent: None,
+        };
+        let other = LlmClient::new("http://127.0.0.1:9/v1", None);
+        let body = other.request_body(&req);
+        assert_eq!(body["frequency_penalty"], 0.5);
+        for f in ["return_progress", "cache_prompt", "dry_multiplier"] {
+            assert!(
+                body.get(f).is_none(),
+                "{f} sent to an unknown server: {body}"
+            );
+        }
+        let llama = LlmClient::new("http://127.0.0.1:9/v1", None);
+        llama.learned_llama_cpp(true);
+        let body = llama.request_body(&req);
+        assert_eq!(
+            (
+                &body["return_progress"],
+                &body["cache_prompt"],
+                &body["dry_multiplier"]
+            ),
+            (&json!(true), &json!(true), &json!(0.8))
+        );
+        let off = GenRequest {
+            dry_multiplier: Some(0.0),
+            ..req
+        };
+        assert!(llama.request_body(&off).get("dry_multiplier").is_none());
     }
 
     #[tokio::test]

@@ -7,8 +7,9 @@ pub struct LlmClient {
     http: reqwest::Client,
     base_url: String,
     api_key: Option<String>,
-    /// Whether the backend streams prompt progress (llama.cpp's
-    /// `return_progress`), found out once (see [`LlmClient::check`]);
+    /// Whether the backend is llama.cpp's server (it streams prompt
+    /// progress with `return_progress`, keeps a slot's prompt cache and
+    /// samples with DRY), found out once (see [`LlmClient::check`]);
     /// unknown until then, and never assumed: other servers may refuse
     /// a field they do not know.
     progress: Arc<OnceLock<bool>>,
@@ -33,9 +34,16 @@ impl LlmClient {
         }
     }
 
-    /// Whether requests ask for prompt progress: known to be supported.
-    pub fn streams_progress(&self) -> bool {
+    /// Whether the backend is known to be llama.cpp's server: requests
+    /// ask for prompt progress and carry its sampling fields.
+    pub fn is_llama_cpp(&self) -> bool {
         self.progress.get().copied().unwrap_or(false)
+    }
+
+    /// What [`LlmClient::check`] would learn (for tests).
+    #[cfg(test)]
+    pub(crate) fn learned_llama_cpp(&self, llama: bool) {
+        let _ = self.progress.set(llama);
     }
 
     /// Finds out once whether the backend is llama.cpp's server, which

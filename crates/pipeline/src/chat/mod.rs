@@ -124,6 +124,8 @@ pub struct ChatInput {
     pub temperature: Option<f64>,
     pub top_p: Option<f64>,
     pub frequency_penalty: Option<f64>,
+    /// DRY sampling, where the backend has it ([`GenRequest`]).
+    pub dry_multiplier: Option<f64>,
     pub traceparent: Option<String>,
     /// The tenant's priority in the backends' queues (higher waits less).
     pub priority: u8,
@@ -171,6 +173,7 @@ impl ChatInput {
             temperature: None,
             top_p: None,
             frequency_penalty: None,
+            dry_multiplier: None,
             traceparent: None,
             priority: 0,
             answer: AnswerMode::Generate,
@@ -641,6 +644,7 @@ async fn reply(t: &Turn<'_>, hits: &[Passage], shape: &Shape, out: &mut Output<'
         temperature: input.temperature,
         top_p: input.top_p,
         frequency_penalty: input.frequency_penalty,
+        dry_multiplier: input.dry_multiplier,
         traceparent: input.traceparent.clone(),
     };
     let (first, attempts) =

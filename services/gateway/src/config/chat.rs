@@ -28,6 +28,9 @@ pub struct ChatConfig {
     pub temperature: f64,
     /// `frequency_penalty` when the client sends none.
     pub frequency_penalty: f64,
+    /// DRY sampling's strength (llama.cpp's `dry_multiplier`, 0 to 5; 0
+    /// off), sent only to a backend found to be llama.cpp's server.
+    pub dry_multiplier: f64,
     /// `max_tokens` when the client sets none.
     pub max_tokens: u32,
 }
@@ -43,6 +46,7 @@ impl Default for ChatConfig {
             on_ungrounded: a.on_ungrounded,
             temperature: a.temperature,
             frequency_penalty: a.frequency_penalty,
+            dry_multiplier: a.dry_multiplier,
             max_tokens: a.max_tokens,
         }
     }
@@ -62,6 +66,7 @@ impl ChatConfig {
             on_ungrounded: self.on_ungrounded,
             temperature: self.temperature,
             frequency_penalty: self.frequency_penalty,
+            dry_multiplier: self.dry_multiplier,
             max_tokens: self.max_tokens,
         }
     }
@@ -77,6 +82,9 @@ impl ChatConfig {
                 "chat.frequency_penalty",
                 "must be between -2 and 2",
             ));
+        }
+        if !(0.0..=5.0).contains(&self.dry_multiplier) {
+            return Err(invalid("chat.dry_multiplier", "must be between 0 and 5"));
         }
         if !(1..=32_768).contains(&self.max_tokens) {
             return Err(invalid("chat.max_tokens", "must be between 1 and 32768"));
