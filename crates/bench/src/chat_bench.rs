@@ -56,6 +56,7 @@ pub async fn chat_bench(rag: &Rag, data: &SciFact) {
         ctx_size: 4096,
         threads,
         parallel: 1,
+        batch_size: 256,
         port: 0,
     })
     .expect("llama-server (run make setup)");

@@ -375,7 +375,17 @@ pub async fn load(data: &SciFact) {
         .split(',')
         .filter_map(|f| f.trim().parse().ok())
         .collect();
-    let server = Server::start(|_| {}).await;
+    // `BENCH_BATCH`: the local server's `llm.batch_size` (its progress
+    // reports come once a step).
+    let batch = std::env::var("BENCH_BATCH")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    let server = Server::start(|c| {
+        if let Some(b) = batch {
+            c.llm.batch_size = b;
+        }
+    })
+    .await;
     server.ingest(data, docs).await;
     let qs = questions(data, docs);
     let (_, stats) = server.get("/admin/stats").await;
@@ -576,6 +586,7 @@ pub async fn kill(data: &SciFact) {
             ctx_size: 2048,
             threads: 1,
             parallel: 1,
+            batch_size: 256,
             port: 0,
         })
         .expect("llama-server")

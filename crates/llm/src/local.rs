@@ -23,6 +23,11 @@ pub struct LocalServerOptions {
     pub threads: u32,
     /// Concurrent sequences (server slots).
     pub parallel: u32,
+    /// Prompt tokens read in one step (`--batch-size`). The server reports
+    /// its prompt progress once a step: smaller steps tell sooner how fast
+    /// a prompt is being read (its default, 2,048, reports a prompt of
+    /// fewer tokens only when it is done).
+    pub batch_size: u32,
     /// Port on 127.0.0.1; 0 picks a free one.
     pub port: u16,
 }
@@ -137,6 +142,7 @@ fn spawn(opts: &LocalServerOptions, port: u16) -> std::io::Result<Child> {
         .args(["--ctx-size", &opts.ctx_size.to_string()])
         .args(["--threads", &opts.threads.to_string()])
         .args(["--parallel", &opts.parallel.to_string()])
+        .args(["--batch-size", &opts.batch_size.to_string()])
         .arg("--no-webui")
         .args(["--log-verbosity", "1"])
         .stdin(Stdio::null())

@@ -20,6 +20,7 @@ fn opts() -> LocalServerOptions {
         ctx_size: 2048,
         threads: 1,
         parallel: 1,
+        batch_size: 256,
         port: 0,
     }
 }

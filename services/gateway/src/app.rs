@@ -100,6 +100,7 @@ fn llm_backends(config: &Config) -> anyhow::Result<(Vec<Spec>, Option<LocalServe
         ctx_size: l.ctx_size,
         threads: l.threads,
         parallel: l.parallel,
+        batch_size: l.batch_size,
         port: 0,
     })
     .map_err(anyhow::Error::msg)

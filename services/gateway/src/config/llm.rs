@@ -23,6 +23,10 @@ pub struct LlmConfig {
     pub threads: u32,
     /// The local server's slots (concurrent sequences).
     pub parallel: u32,
+    /// Prompt tokens the local server reads in one step; it reports its
+    /// progress once a step, which is how a first token that will come
+    /// too late is known early (docs/benchmarks.md, "Under load").
+    pub batch_size: u32,
     /// How long the local server may take to load before readiness fails.
     pub startup_timeout_s: u64,
     /// The slots of the backend at `base_url`.
@@ -50,6 +54,7 @@ impl Default for LlmConfig {
             ctx_size: 4096,
             threads: 2,
             parallel: 2,
+            batch_size: 256,
             startup_timeout_s: 120,
             max_concurrency: 16,
             backends: Vec::new(),
@@ -176,6 +181,9 @@ impl LlmConfig {
         }
         if self.breaker.failures == 0 {
             return Err(invalid("llm.breaker.failures", "must be at least 1"));
+        }
+        if !(32..=8192).contains(&self.batch_size) {
+            return Err(invalid("llm.batch_size", "must be between 32 and 8192"));
         }
         if self.ctx_size < 512 {
             return Err(invalid("llm.ctx_size", "must be at least 512"));
