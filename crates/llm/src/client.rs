@@ -12,7 +12,7 @@ pub struct LlmClient {
     /// samples with DRY), found out once (see [`LlmClient::check`]);
     /// unknown until then, and never assumed: other servers may refuse
     /// a field they do not know.
-    progress: Arc<OnceLock<bool>>,
+    llama_cpp: Arc<OnceLock<bool>>,
 }
 
 impl LlmClient {
@@ -30,32 +30,32 @@ impl LlmClient {
             http,
             base_url: base_url.trim_end_matches('/').to_owned(),
             api_key,
-            progress: Arc::new(OnceLock::new()),
+            llama_cpp: Arc::new(OnceLock::new()),
         }
     }
 
     /// Whether the backend is known to be llama.cpp's server: requests
     /// ask for prompt progress and carry its sampling fields.
     pub fn is_llama_cpp(&self) -> bool {
-        self.progress.get().copied().unwrap_or(false)
+        self.llama_cpp.get().copied().unwrap_or(false)
     }
 
     /// What [`LlmClient::check`] would learn (for tests).
     #[cfg(test)]
     pub(crate) fn learned_llama_cpp(&self, llama: bool) {
-        let _ = self.progress.set(llama);
+        let _ = self.llama_cpp.set(llama);
     }
 
-    /// Finds out once whether the backend is llama.cpp's server, which
-    /// streams prompt progress when asked: its `GET /props` (beside
+    /// Finds out once whether the backend is llama.cpp's server (which
+    /// streams prompt progress when asked): its `GET /props` (beside
     /// `/v1`) answers with `default_generation_settings`. Any other
     /// answer means no.
-    async fn learn_progress(&self) {
-        if self.progress.get().is_some() {
+    async fn learn_llama_cpp(&self) {
+        if self.llama_cpp.get().is_some() {
             return;
         }
         let Some(root) = self.base_url.strip_suffix("/v1") else {
-            let _ = self.progress.set(false);
+            let _ = self.llama_cpp.set(false);
             return;
         };
         let mut req = self
@@ -72,7 +72,7 @@ impl LlmClient {
             Err(_) => return,
         };
         let llama = props.is_some_and(|p| p.get("default_generation_settings").is_some());
-        let _ = self.progress.set(llama);
+        let _ = self.llama_cpp.set(llama);
     }
 
     pub fn base_url(&self) -> &str {
@@ -94,7 +94,7 @@ impl LlmClient {
     pub async fn check(&self, timeout: Duration) -> Result<Vec<String>, String> {
         let models = self.models(timeout).await;
         if models.is_ok() {
-            self.learn_progress().await;
+            self.learn_llama_cpp().await;
         }
         models
     }

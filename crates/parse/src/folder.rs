@@ -214,20 +214,37 @@ pub struct FileFilter {
     exclude: Vec<glob::Pattern>,
 }
 
+/// A pattern that is not one: which list it was in (`include` or
+/// `exclude`, the form field and the flag that name it) and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PatternError {
+    pub list: &'static str,
+    pub message: String,
+}
+
+impl std::fmt::Display for PatternError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 impl FileFilter {
     /// The filter, or which pattern is not one (and why).
-    pub fn new(include: &[String], exclude: &[String]) -> Result<Self, String> {
-        let compile = |ps: &[String]| -> Result<Vec<glob::Pattern>, String> {
-            ps.iter()
-                .map(|p| {
-                    glob::Pattern::new(p.trim_start_matches("./"))
-                        .map_err(|e| format!("{p:?} is not a pattern: {}", e.msg))
-                })
-                .collect()
-        };
+    pub fn new(include: &[String], exclude: &[String]) -> Result<Self, PatternError> {
+        let compile =
+            |ps: &[String], list: &'static str| -> Result<Vec<glob::Pattern>, PatternError> {
+                ps.iter()
+                    .map(|p| {
+                        glob::Pattern::new(p.trim_start_matches("./")).map_err(|e| PatternError {
+                            list,
+                            message: format!("{p:?} is not a pattern: {}", e.msg),
+                        })
+                    })
+                    .collect()
+            };
         Ok(Self {
-            include: compile(include)?,
-            exclude: compile(exclude)?,
+            include: compile(include, "include")?,
+            exclude: compile(exclude, "exclude")?,
         })
     }
 

@@ -10,7 +10,7 @@ use std::io::Read;
 
 mod folder;
 mod source;
-pub use folder::{Documents, FileFilter, Skipped, into_documents};
+pub use folder::{Documents, FileFilter, PatternError, Skipped, into_documents};
 
 /// Why a file cannot be read as documents.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -840,10 +840,7 @@ impl HtmlWalk {
             return;
         }
         match name {
-            "dt" => {
-                self.b.flush_term();
-                self.b.start_description();
-            }
+            "dt" => self.b.start_description(),
             "dd" => {
                 self.b.end_description();
                 self.dd = self.dd.saturating_sub(1);
@@ -1250,7 +1247,8 @@ mod tests {
             Some("excluded by \"**/drafts/*\"")
         );
         let err = FileFilter::new(&[], &["[".into()]).expect_err("a bad pattern");
-        assert!(err.starts_with("\"[\" is not a pattern"), "{err}");
+        assert!(err.message.starts_with("\"[\" is not a pattern"), "{err}");
+        assert_eq!(err.list, "exclude");
         assert!(
             FileFilter::new(&[], &[]).is_ok_and(|f| f.is_empty() && f.refuses("a/b.c").is_none())
         );

@@ -265,11 +265,6 @@ pub fn fuse_documents(
         (false, _) => lexical_docs,
     };
     let mut out = Vec::new();
-    // A passage that one above it already is — the same text under the
-    // same title and section: a page published twice, `index.html` beside
-    // the chapter it copies — is left out: two copies would take two of
-    // the few places a reader looks at.
-    let mut seen = std::collections::HashSet::new();
     for (doc, score) in order {
         // The lexical side's choice of the document's chunks (by the query
         // vector and their own BM25), then what the dense side found of it.
@@ -291,11 +286,28 @@ pub fn fuse_documents(
             chunks
                 .into_iter()
                 .take(PASSAGES_PER_DOCUMENT)
-                .filter(|c| seen.insert((c.title.clone(), c.section.clone(), c.text.clone())))
                 .map(|chunk| Passage { chunk, score }),
         );
     }
-    (out, sources)
+    (without_copies(out), sources)
+}
+
+/// `passages` less those that one above them already is — the same text
+/// under the same title and section: a page published twice, `index.html`
+/// beside the chapter it copies. Two copies would take two of the few
+/// places a reader looks at.
+fn without_copies(mut passages: Vec<Passage>) -> Vec<Passage> {
+    let mut seen = std::collections::HashSet::new();
+    let first: Vec<bool> = passages
+        .iter()
+        .map(|p| {
+            let c = &p.chunk;
+            seen.insert((c.title.as_str(), c.section.as_str(), c.text.as_str()))
+        })
+        .collect();
+    let mut keep = first.into_iter();
+    passages.retain(|_| keep.next().unwrap_or(true));
+    passages
 }
 
 type Side<T> = Result<Option<Vec<T>>, StageError>;

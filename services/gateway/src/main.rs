@@ -105,7 +105,7 @@ async fn main() -> std::process::ExitCode {
         } => {
             let filter = match ragtime_parse::FileFilter::new(&include, &exclude) {
                 Ok(f) => f,
-                Err(e) => return fail(&format!("--include/--exclude: {e}")),
+                Err(e) => return fail(&format!("--{}: {e}", e.list)),
             };
             if let Some(server) = server {
                 let sent = ragtime_gateway::cli::ingest_remote(

@@ -572,9 +572,8 @@ async fn upload(mut form: Multipart) -> Result<Upload, ApiError> {
     }
     check_collection(&collection, "collection")?;
     check_metadata(&extra, "metadata")?;
-    let bad = |field: &'static str| move |e: String| ApiError::invalid(field, e);
-    ragtime_parse::FileFilter::new(&include, &[]).map_err(bad("include"))?;
-    let filter = ragtime_parse::FileFilter::new(&include, &exclude).map_err(bad("exclude"))?;
+    let filter = ragtime_parse::FileFilter::new(&include, &exclude)
+        .map_err(|e| ApiError::invalid(e.list, e.message))?;
     let (docs, skipped) = read_files(files, &filter, &extra).await?;
     Ok(Upload {
         collection,
