@@ -93,9 +93,10 @@ fn config_layers_defaults_then_file_then_environment() {
 #[test]
 fn invalid_configuration_fails_at_start_naming_the_key() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let cases: [(&str, &str, &str); 7] = [
+    let cases: [(&str, &str, &str); 8] = [
         ("RAGTIME__BUDGETS__TOTAL_MS", "0", "budgets.total_ms"),
         ("RAGTIME__CHAT__DRY_MULTIPLIER", "9", "chat.dry_multiplier"),
+        ("RAGTIME__LLM__BATCH_SIZE", "8", "llm.batch_size"),
         ("RAGTIME__BUDGETS__RERANK_MS", "999999", "budgets.rerank_ms"),
         ("RAGTIME__BUDGETS__EMBED_MS", "abc", "embed_ms"),
         ("RAGTIME__LLM__BASE_URL", "gpu:8000", "llm.base_url"),
