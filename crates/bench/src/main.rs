@@ -286,7 +286,15 @@ async fn new_rag() -> (Rag, tempfile::TempDir) {
         .map(PathBuf::from)
         .unwrap_or_else(|| dir.path().to_owned());
     std::fs::create_dir_all(&path).expect("BENCH_STORE");
-    let store = Store::open(&Store::sqlite_url(&path)).await.expect("store");
+    // `BENCH_ENGINE=postgres` searches inside the PostgreSQL (with
+    // pgvector) at `BENCH_DATABASE_URL`.
+    let postgres = std::env::var("BENCH_ENGINE").is_ok_and(|e| e == "postgres");
+    let url = if postgres {
+        std::env::var("BENCH_DATABASE_URL").expect("BENCH_ENGINE=postgres needs BENCH_DATABASE_URL")
+    } else {
+        Store::sqlite_url(&path)
+    };
+    let store = Store::open(&url).await.expect("store");
     let threads = env_usize("BENCH_THREADS", 2);
     let workers = env_usize("BENCH_WORKERS", 1);
     let (max_tokens, overlap) = (
@@ -302,7 +310,7 @@ async fn new_rag() -> (Rag, tempfile::TempDir) {
             ..ServiceOptions::default()
         },
     ));
-    let corpus = Corpus::new(
+    let mut corpus = Corpus::new(
         store,
         svc.clone(),
         chunker,
@@ -311,12 +319,29 @@ async fn new_rag() -> (Rag, tempfile::TempDir) {
             overlap,
         },
     );
+    if postgres {
+        let ef = env_usize(
+            "BENCH_EF_SEARCH",
+            ragtime_pipeline::corpus::DEFAULT_EF_SEARCH,
+        );
+        corpus = corpus
+            .with_database_engine(ef)
+            .await
+            .expect("the database engine");
+    }
     (Rag { corpus, svc }, dir)
 }
 
 async fn ingest_scifact(data: &SciFact) -> (Rag, tempfile::TempDir) {
     let (rag, dir) = new_rag().await;
-    let kept = std::env::var_os("BENCH_STORE").map(|d| PathBuf::from(d).join("scifact.ingested"));
+    // With the database engine the marker stands for the database at
+    // `BENCH_DATABASE_URL` (use the same one again).
+    let marker = if rag.corpus.engine().as_resident().is_some() {
+        "scifact.ingested"
+    } else {
+        "scifact.postgres.ingested"
+    };
+    let kept = std::env::var_os("BENCH_STORE").map(|d| PathBuf::from(d).join(marker));
     if let Some(marker) = kept.as_ref().filter(|m| m.exists()) {
         println!(
             "\n## ingest: reusing the store at {}",
@@ -365,26 +390,23 @@ async fn ingest_scifact(data: &SciFact) -> (Rag, tempfile::TempDir) {
 
 /// The top 100 chunks for `text` under the generous bench budget.
 /// The best `k` chunks for `text` (search at the benchmark's budgets).
-async fn top_chunks(
-    rag: &Rag,
-    index: &Arc<CollectionIndex>,
-    text: &str,
-    mode: Mode,
-    k: usize,
-) -> SearchOutcome {
+/// A search of the SciFact collection with whichever engine the corpus
+/// has (a retriever per query, as the service makes one per request).
+async fn top_chunks(rag: &Rag, text: &str, mode: Mode, k: usize) -> SearchOutcome {
     let budget = RequestBudget::start(&bench_profile(), &SEARCH_PLAN, None);
-    search(
-        &budget,
-        &rag.svc,
-        index,
-        &SearchRequest {
-            query: text.to_owned(),
-            top_k: k,
-            mode,
-            filter: Filter::All,
-        },
-    )
-    .await
+    let (retriever, _) = rag.corpus.retriever("scifact").await.expect("collection");
+    let deps = SearchDeps {
+        embedder: rag.svc.as_ref(),
+        retriever: retriever.as_ref(),
+        reranker: None,
+    };
+    let req = SearchRequest {
+        query: text.to_owned(),
+        top_k: k,
+        mode,
+        filter: Filter::All,
+    };
+    search::run(&budget, &deps, &req).await
 }
 
 /// Distinct documents in rank order (a document ranks where its best chunk
@@ -400,10 +422,14 @@ fn documents(out: &SearchOutcome, n: usize) -> Vec<&str> {
 }
 
 async fn scifact_quality(rag: &Rag, data: &SciFact) {
-    let index = rag.corpus.collection("scifact").await.expect("collection");
     println!(
-        "\n## retrieval quality: BEIR SciFact train queries ({} queries), documents",
-        data.queries.len()
+        "\n## retrieval quality: BEIR SciFact train queries ({} queries), documents, {} engine",
+        data.queries.len(),
+        if rag.corpus.engine().as_resident().is_some() {
+            "memory"
+        } else {
+            "postgres"
+        }
     );
     println!(
         "(recall@100: relevant documents among the first 100 retrieved; none found: queries with no relevant document in those 100)"
@@ -422,11 +448,11 @@ async fn scifact_quality(rag: &Rag, data: &SciFact) {
         for (qid, text) in &data.queries {
             let relevant = data.qrels.get(qid).cloned().unwrap_or_default();
             let t = Instant::now();
-            let out = top_chunks(rag, &index, text, mode, 100).await;
+            let out = top_chunks(rag, text, mode, 100).await;
             times.push(t.elapsed());
             total += ndcg_at_10(&documents(&out, 10), &relevant);
             // Deeper, untimed: enough chunks for 100 distinct documents.
-            let deep = top_chunks(rag, &index, text, mode, 400).await;
+            let deep = top_chunks(rag, text, mode, 400).await;
             let found = documents(&deep, 100)
                 .iter()
                 .filter(|d| relevant.contains(**d))

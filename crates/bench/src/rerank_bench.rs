@@ -50,7 +50,6 @@ fn ndcg(hits: &[SearchHit], relevant: &HashSet<String>) -> f64 {
 }
 
 pub async fn rerank(rag: &Rag, data: &SciFact) {
-    let index = rag.corpus.collection("scifact").await.expect("collection");
     let max_depth = env_usize("BENCH_RERANK_DEPTH", 20);
     let batch = env_usize("BENCH_RERANK_BATCH", 4);
     let unseen = unseen_by_reranker(&data.queries);
@@ -58,7 +57,7 @@ pub async fn rerank(rag: &Rag, data: &SciFact) {
     // its passages; the first is what the cross-encoder reads).
     let mut lists = Vec::with_capacity(data.queries.len());
     for (qid, text) in &data.queries {
-        let out = top_chunks(rag, &index, text, Mode::Hybrid, 100).await;
+        let out = top_chunks(rag, text, Mode::Hybrid, 100).await;
         lists.push((qid.clone(), text.clone(), documents(out.hits)));
     }
     let none = HashSet::new();

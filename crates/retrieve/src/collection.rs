@@ -612,7 +612,8 @@ impl CollectionIndex {
 /// A chunk's rank within its document: its similarity to the query vector
 /// plus [`IN_DOCUMENT_LEXICAL`] times its BM25 score scaled to `top` (the
 /// query's best chunk score), or its BM25 score alone without a vector.
-fn in_document_score(similarity: Option<f32>, bm25: f32, top: f32) -> f32 {
+/// Every engine picks a document's passages by it.
+pub fn in_document_score(similarity: Option<f32>, bm25: f32, top: f32) -> f32 {
     match similarity {
         Some(s) if top > 0.0 => s + IN_DOCUMENT_LEXICAL * bm25 / top,
         Some(s) => s,

@@ -14,7 +14,7 @@ mod dense;
 mod lexical;
 mod snapshot;
 
-pub use collection::{Allowed, AllowedSet, CollectionIndex};
+pub use collection::{Allowed, AllowedSet, CollectionIndex, in_document_score};
 pub use dense::{DenseParams, SearchPath};
 pub use lexical::{AUTO_MAX_CHUNKS, Boosts, LexicalUnit};
 pub use snapshot::Saved;

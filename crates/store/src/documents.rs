@@ -135,6 +135,11 @@ pub fn decode_vector(b: &[u8]) -> Vec<f32> {
         .collect()
 }
 
+const INSERT_CHUNK: &str = "INSERT INTO chunks (document_id, position, section, text, tokens, embedding) \
+     VALUES ($1, $2, $3, $4, $5, $6) RETURNING id";
+const INSERT_CHUNK_DENSE: &str = "INSERT INTO chunks (document_id, position, section, text, tokens, embedding, dense) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7::halfvec) RETURNING id";
+
 type DocRow = (i64, String, String, String, String, i64);
 type IndexRow = (
     i64,
@@ -223,6 +228,7 @@ impl Store {
         limits: Option<Limits<'_>>,
         job: Option<&JobStep>,
     ) -> Result<Vec<WriteReceipt>, StoreError> {
+        let in_database = self.searches_in_database();
         on_pool!(self, p => {
             let mut tx = p.begin_write().await?;
             if let Some(limits) = &limits {
@@ -290,19 +296,24 @@ impl Store {
                 };
                 more_chunks += doc.chunks.len() as i64 - removed.len() as i64;
                 let mut chunk_ids = Vec::with_capacity(doc.chunks.len());
+                // With the database engine, the vector in its own column too.
+                let insert = if in_database { INSERT_CHUNK_DENSE } else { INSERT_CHUNK };
                 for c in &doc.chunks {
-                    let id: i64 = sqlx::query_scalar(
-                        "INSERT INTO chunks (document_id, position, section, text, tokens, embedding) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
-                    )
-                    .bind(document_id)
-                    .bind(c.position)
-                    .bind(&c.section)
-                    .bind(&c.text)
-                    .bind(c.tokens)
-                    .bind(encode_vector(&c.embedding))
-                    .fetch_one(&mut *tx)
-                    .await?;
+                    let mut q = sqlx::query_scalar(insert)
+                        .bind(document_id)
+                        .bind(c.position)
+                        .bind(&c.section)
+                        .bind(&c.text)
+                        .bind(c.tokens)
+                        .bind(encode_vector(&c.embedding));
+                    if in_database {
+                        q = q.bind(crate::search::vector_text(&c.embedding));
+                    }
+                    let id: i64 = q.fetch_one(&mut *tx).await?;
                     chunk_ids.push(id);
+                }
+                if in_database {
+                    sqlx::query(crate::search::DOCUMENT_TSV).bind(document_id).execute(&mut *tx).await?;
                 }
                 wrote = true;
                 log.push((receipts.len(), &doc.external_id, chunk_ids.len()));

@@ -116,7 +116,9 @@ mod budgets;
 mod collections;
 mod conversations;
 mod documents;
+pub mod filter_sql;
 mod jobs;
+pub mod search;
 
 pub use api_keys::ApiKeyRecord;
 pub use budgets::BudgetVersion;
@@ -127,6 +129,7 @@ pub use documents::{
     Upsert, WriteReceipt, decode_vector, encode_vector,
 };
 pub use jobs::{JOB_HEARTBEAT_MS, JOB_STALE_MS, JobRecord, JobStatus, JobStep, NewJob};
+pub use search::{FoundChunk, FoundDocument, Missing, SearchLimits};
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
@@ -152,6 +155,18 @@ pub enum StoreError {
     /// process) after the write looked it up; nothing was written.
     #[error("collection {0} no longer exists")]
     CollectionGone(i64),
+    /// The database cannot serve what was asked of it (searching inside
+    /// it): what it lacks.
+    #[error("{0}")]
+    Unsupported(search::Missing),
+}
+
+impl StoreError {
+    /// Whether the database stopped the query (its `statement_timeout`
+    /// passed, or it was cancelled): SQLSTATE 57014.
+    pub fn is_query_cancelled(&self) -> bool {
+        matches!(self, StoreError::Db(sqlx::Error::Database(d)) if d.code().as_deref() == Some("57014"))
+    }
 }
 
 /// Which database the store talks to.
@@ -184,6 +199,10 @@ enum Pool {
 #[derive(Debug, Clone)]
 pub struct Store {
     pool: Pool,
+    /// The vectors' dimension once the database engine's schema is
+    /// enabled ([`Store::enable_database_search`]): chunk writes then
+    /// write its columns too. Shared by every clone.
+    search_dim: std::sync::Arc<std::sync::OnceLock<usize>>,
 }
 
 impl Store {
@@ -226,7 +245,10 @@ impl Store {
                 redact(url)
             )));
         };
-        Ok(Self { pool })
+        Ok(Self {
+            pool,
+            search_dim: std::sync::Arc::default(),
+        })
     }
 
     /// A listener woken as another process (or this one) commits a

@@ -120,6 +120,13 @@ pub async fn corpus(
         .with_quotas(quotas)
         .with_preload(l.preload_collections)
         .with_lexical_unit(unit);
+    if config.retrieval.engine == crate::config::Engine::Postgres {
+        // No index in this process: nothing to preload or save.
+        return corpus
+            .with_database_engine(config.retrieval.ef_search)
+            .await
+            .map_err(|e| format!("retrieval.engine = \"postgres\": {e}"));
+    }
     let s = &config.snapshots;
     Ok(if s.enabled {
         corpus.with_snapshots(ragtime_pipeline::snapshots::SnapshotConfig {

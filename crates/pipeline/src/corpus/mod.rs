@@ -8,6 +8,8 @@
 //! - [`write`]: prepare and commit, deletes, collections made and
 //!   removed, quotas, the corpus version — what every engine needs;
 //! - [`engine`]: the seam a retrieval engine plugs into ([`IndexEngine`]);
+//! - [`database`]: the engine that searches inside PostgreSQL (no index in
+//!   this process);
 //! - [`resident`]: the in-process engine, its indexes loaded in this
 //!   process (start, first request, idle drop) and the retriever over them;
 //! - [`follower`]: other writers' changes applied from the change log, the
@@ -19,6 +21,7 @@
 //! together: a load, a save, a write, a removal and the follower's change
 //! of one collection take it; other collections go on meanwhile.
 
+mod database;
 pub mod engine;
 mod follower;
 mod info;
@@ -26,6 +29,7 @@ mod resident;
 pub mod snapshots;
 mod write;
 
+pub use database::DEFAULT_EF_SEARCH;
 pub use engine::{Change, EngineStatus, IndexEngine};
 pub use follower::Lag;
 pub use info::CollectionInfo;
@@ -220,6 +224,10 @@ impl Corpus {
     /// (the builders run before the corpus is used).
     fn with_options(mut self, change: impl FnOnce(&mut resident::Options)) -> Self {
         change(&mut self.options);
+        if self.engine.as_resident().is_none() {
+            // Another engine was chosen: it has no use for them.
+            return self;
+        }
         self.engine = Arc::new(Resident::new(
             self.shared.clone(),
             self.embedder.dim(),
@@ -248,6 +256,18 @@ impl Corpus {
     /// from there (see [`snapshots`]).
     pub fn with_snapshots(self, config: SnapshotConfig) -> Self {
         self.with_options(|o| o.snapshots = Some(config))
+    }
+
+    /// Searches inside the database instead of in this process (see
+    /// [`database`]): makes the database's search schema, or fails
+    /// saying what the database lacks ([`StoreError::Unsupported`]).
+    /// `ef_search`: HNSW candidates a dense search keeps at least.
+    pub async fn with_database_engine(mut self, ef_search: usize) -> Result<Self, CorpusError> {
+        self.store
+            .enable_database_search(self.embedder.dim())
+            .await?;
+        self.engine = Arc::new(database::Database::new(self.shared.clone(), ef_search));
+        Ok(self)
     }
 
     /// The engine collections are searched with.

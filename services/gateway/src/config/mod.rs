@@ -13,6 +13,7 @@ mod limits;
 mod llm;
 mod load;
 mod rerank;
+mod retrieval;
 mod server;
 mod snapshots;
 mod telemetry;
@@ -25,6 +26,7 @@ pub use limits::LimitsConfig;
 pub use llm::{BackendConfig, BreakerConfig, HedgeConfig, LlmConfig};
 pub use load::LoadConfig;
 pub use rerank::RerankConfig;
+pub use retrieval::{Engine, RetrievalConfig};
 pub use server::ServerConfig;
 pub use snapshots::SnapshotsConfig;
 pub use telemetry::{LogFormatSetting, TelemetryConfig};
@@ -127,6 +129,7 @@ pub struct Config {
     pub admin_key: Option<Secret>,
     pub embed: EmbedConfig,
     pub chunking: ChunkingConfig,
+    pub retrieval: RetrievalConfig,
     pub rerank: RerankConfig,
     pub llm: LlmConfig,
     pub chat: ChatConfig,
@@ -157,6 +160,7 @@ impl Default for Config {
             admin_key: None,
             embed: EmbedConfig::default(),
             chunking: ChunkingConfig::default(),
+            retrieval: RetrievalConfig::default(),
             rerank: RerankConfig::default(),
             llm: LlmConfig::default(),
             chat: ChatConfig::default(),
@@ -242,6 +246,9 @@ impl Config {
         self.embed.validate()?;
         self.chunking.validate(self.embed.max_tokens)?;
         self.rerank.validate()?;
+        let url = self.database_url();
+        self.retrieval
+            .validate(url.starts_with("postgres://") || url.starts_with("postgresql://"))?;
         self.chat.validate()?;
         self.load.validate()?;
         self.limits.validate()?;

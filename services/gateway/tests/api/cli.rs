@@ -93,8 +93,15 @@ fn config_layers_defaults_then_file_then_environment() {
 #[test]
 fn invalid_configuration_fails_at_start_naming_the_key() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let cases: [(&str, &str, &str); 8] = [
+    let cases: [(&str, &str, &str); 10] = [
         ("RAGTIME__BUDGETS__TOTAL_MS", "0", "budgets.total_ms"),
+        // The store is SQLite (no database_url): nothing to search in.
+        ("RAGTIME__RETRIEVAL__ENGINE", "postgres", "retrieval.engine"),
+        (
+            "RAGTIME__RETRIEVAL__EF_SEARCH",
+            "5000",
+            "retrieval.ef_search",
+        ),
         ("RAGTIME__CHAT__DRY_MULTIPLIER", "9", "chat.dry_multiplier"),
         ("RAGTIME__LLM__BATCH_SIZE", "8", "llm.batch_size"),
         ("RAGTIME__BUDGETS__RERANK_MS", "999999", "budgets.rerank_ms"),

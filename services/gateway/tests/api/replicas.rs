@@ -65,6 +65,126 @@ async fn needs_postgres_a_second_replica_follows_every_change_the_first_makes() 
     db.drop_db().await;
 }
 
+/// Two replicas searching inside PostgreSQL (`retrieval.engine =
+/// "postgres"`): neither holds an index, and what one writes the other
+/// finds as soon as the write returned — by words and by meaning, with
+/// filters — with no follower to wait for; its cached answers do not
+/// outlive the change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL with pgvector (RAGTIME_TEST_PGVECTOR_BIN)"]
+async fn needs_pgvector_replicas_searching_in_the_database_see_a_write_once_it_returns() {
+    use ragtime_gateway::config::Engine;
+    let server = ragtime_testkit::PgServer::start();
+    let db = PgDatabase::create_on(&server.admin_url, "ragtime_engine").await;
+    let replica = |url: String| {
+        TestApp::builder()
+            .config(|c| {
+                c.database_url = Some(ragtime_gateway::config::Secret::from(url));
+                c.retrieval.engine = Engine::Postgres;
+            })
+            .spawn()
+    };
+    let a = replica(db.url.clone()).await;
+    let b = replica(db.url.clone()).await;
+    a.ingest(json!({"collection": "papers", "documents": [
+        {"id": "mito", "title": "Mitochondria", "text": "Mitochondria make most of the cell's ATP.", "metadata": {"year": 2020}},
+        {"id": "ribo", "title": "Ribosomes", "text": "Ribosomes translate messenger RNA into protein.", "metadata": {"year": 2023}},
+    ]}))
+    .await;
+    assert_eq!(find_ids(&b, "ATP", "lexical", Value::Null).await, ["mito"]);
+    let dense = find_ids(&b, "Which organelle powers the cell?", "dense", Value::Null).await;
+    assert_eq!(dense.first().map(String::as_str), Some("mito"), "{dense:?}");
+    let filtered = find_ids(
+        &b,
+        "cell protein ATP",
+        "hybrid",
+        json!({"year": {"$gte": 2021}}),
+    )
+    .await;
+    assert_eq!(filtered, ["ribo"]);
+    let first = b.chat(ask("What makes the cell's ATP?")).await;
+    assert_eq!(first["cached"], false);
+    assert_eq!(
+        b.chat(ask("What makes the cell's ATP?")).await["cached"],
+        true
+    );
+
+    change(&a).await;
+    assert_eq!(
+        find_ids(&b, "vesicles", "lexical", Value::Null).await,
+        ["golgi"]
+    );
+    assert!(
+        !find_ids(&b, "messenger RNA", "hybrid", Value::Null)
+            .await
+            .contains(&"ribo".to_owned())
+    );
+    let r = b
+        .post_json(
+            "/v1/search",
+            json!({"collection": "papers", "query": "NADH", "mode": "lexical"}),
+        )
+        .await
+        .json::<Value>()
+        .await
+        .expect("json");
+    assert_eq!(
+        r["results"][0]["text"],
+        "Mitochondria oxidise NADH to make ATP."
+    );
+    until(&b, "ATP", "a new corpus version", |_, _| true).await;
+    let t = Instant::now();
+    loop {
+        let after = b.chat(ask("What makes the cell's ATP?")).await;
+        if after["cached"] == false {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "a stale cached answer: {after}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // No index in either process: readiness says so.
+    let ready = b.wait_ready().await;
+    assert_eq!(ready["checks"]["index"]["ok"], true, "{ready}");
+
+    let r = a
+        .http
+        .delete(a.url("/v1/collections/papers"))
+        .send()
+        .await
+        .expect("drop");
+    assert_eq!(r.status(), 200);
+    let (s, _) = search(&b, "ATP").await;
+    assert_eq!(s, 404);
+    let (_, _) = (a.shutdown().await, b.shutdown().await);
+}
+
+/// On `a`: a new document, a replacement and a delete.
+async fn change(a: &TestApp) {
+    a.ingest(json!({"collection": "papers", "documents": [
+        doc("golgi", "The Golgi apparatus packages proteins into vesicles."),
+        doc("mito", "Mitochondria oxidise NADH to make ATP."),
+    ]}))
+    .await;
+    let r = a
+        .http
+        .delete(a.url("/v1/documents/ribo?collection=papers"))
+        .send()
+        .await
+        .expect("delete");
+    assert_eq!(r.status(), 200);
+}
+
+/// The documents a search of `papers` in `mode` finds.
+async fn find_ids(app: &TestApp, query: &str, mode: &str, filter: Value) -> Vec<String> {
+    let body = json!({"collection": "papers", "query": query, "mode": mode, "filter": filter});
+    let r = app.post_json("/v1/search", body).await;
+    assert_eq!(r.status(), 200);
+    ids(&r.json::<Value>().await.expect("json"))
+}
+
 /// What `a` writes, `b` serves.
 async fn follows(a: &TestApp, b: &TestApp) {
     a.ingest(json!({"collection": "papers", "documents": [
@@ -84,20 +204,8 @@ async fn follows(a: &TestApp, b: &TestApp) {
         (Some(false), Some(true))
     );
 
-    // A new document, a replacement and a delete, all on A.
     let acked = Instant::now();
-    a.ingest(json!({"collection": "papers", "documents": [
-        doc("golgi", "The Golgi apparatus packages proteins into vesicles."),
-        doc("mito", "Mitochondria oxidise NADH to make ATP."),
-    ]}))
-    .await;
-    let r = a
-        .http
-        .delete(a.url("/v1/documents/ribo?collection=papers"))
-        .send()
-        .await
-        .expect("delete");
-    assert_eq!(r.status(), 200);
+    change(a).await;
     until(b, "vesicles", "found golgi", |_, v| ids(v) == ["golgi"]).await;
     eprintln!(
         "replica b served a's new document {} ms after a was asked",

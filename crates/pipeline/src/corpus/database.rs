@@ -1,0 +1,332 @@
+//! The database engine (`retrieval.engine = "postgres"`): collections are
+//! searched inside PostgreSQL (pgvector for the dense side, its full-text
+//! ranking for the lexical side; see `ragtime_store::search`), so a
+//! replica holds no index. Nothing loads at start or at a first request,
+//! nothing follows the change log into indexes, nothing is saved or
+//! dropped when idle, and a write is found by every replica as soon as it
+//! commits: it is in the very rows the searches read.
+//!
+//! What stays the same is the pipeline's: fusion, reranking, answers and
+//! budgets. A search runs under its stage's deadline (the database stops
+//! the query at it: `statement_timeout`), and a query stopped so reports
+//! [`StageError::Cancelled`], as the in-memory engine's work does when its
+//! deadline passes, so the request degrades the same way.
+//!
+//! The corpus version (what cached answers are valid for) follows the
+//! store's change log: [`IndexEngine::follow`] reads its last entry.
+
+use super::engine::{Change, EngineStatus, IndexEngine};
+use super::follower::Lag;
+use super::{CorpusError, Shared};
+use async_trait::async_trait;
+use ragtime_core::{Cancel, Chunk, DocHit, Filter, Hit, Retriever, StageError};
+use ragtime_retrieve::in_document_score;
+use ragtime_store::{FoundChunk, SearchLimits, Store, StoreError};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// HNSW candidates a dense search keeps at least (`hnsw.ef_search`).
+pub const DEFAULT_EF_SEARCH: usize = 100;
+
+pub struct Database {
+    shared: Arc<Shared>,
+    /// This process in the store's replica table (it keeps no position of
+    /// its own in the log, but says where the corpus version is).
+    replica: String,
+    ef_search: usize,
+}
+
+impl Database {
+    pub(super) fn new(shared: Arc<Shared>, ef_search: usize) -> Self {
+        Self {
+            shared,
+            replica: format!("db-{}", uuid::Uuid::new_v4().simple()),
+            ef_search,
+        }
+    }
+}
+
+#[async_trait]
+impl IndexEngine for Database {
+    async fn start(&self) -> Result<usize, CorpusError> {
+        self.follow().await?;
+        let usage = self.shared.store.total_usage().await?;
+        Ok(usize::try_from(usage.chunks).unwrap_or(0))
+    }
+
+    async fn retriever(
+        &self,
+        name: &str,
+    ) -> Result<(Arc<dyn Retriever>, Option<Duration>), CorpusError> {
+        let id = self
+            .shared
+            .store
+            .collection_id(name)
+            .await?
+            .ok_or_else(|| CorpusError::UnknownCollection(name.to_owned()))?;
+        let retriever = DatabaseRetriever {
+            store: self.shared.store.clone(),
+            collection: id,
+            ef_search: self.ef_search,
+            found: Mutex::default(),
+        };
+        Ok((Arc::new(retriever), None))
+    }
+
+    async fn before_write(&self, _name: &str, _id: i64) -> Result<(), CorpusError> {
+        Ok(())
+    }
+
+    fn lacks_any(&self, _name: &str, _chunks: &[i64]) -> bool {
+        false
+    }
+
+    fn written(&self, _name: &str, _change: Change) {}
+
+    fn dropped(&self, _name: &str, _id: i64, _entry: i64) {}
+
+    async fn follow(&self) -> Result<usize, CorpusError> {
+        let before = self.shared.version();
+        let now = self.shared.store.corpus_version().await?;
+        self.shared.advance(now);
+        Ok(usize::try_from(now - before).unwrap_or(0))
+    }
+
+    async fn save(&self) -> Result<usize, CorpusError> {
+        Ok(0)
+    }
+
+    async fn unload_idle(&self, _idle: Duration) -> usize {
+        0
+    }
+
+    async fn keep_log_trimmed(&self, stale: Duration) -> Result<u64, CorpusError> {
+        let store = &self.shared.store;
+        store
+            .report_position(&self.replica, self.shared.version())
+            .await?;
+        let stale_ms = i64::try_from(stale.as_millis()).unwrap_or(i64::MAX);
+        Ok(store.trim_log(ragtime_store::now_ms() - stale_ms).await?)
+    }
+
+    async fn leave(&self) -> Result<(), CorpusError> {
+        Ok(self.shared.store.forget_replica(&self.replica).await?)
+    }
+
+    fn index_bytes(&self, _name: &str) -> Option<usize> {
+        None
+    }
+
+    fn status(&self) -> EngineStatus {
+        EngineStatus {
+            lag: self.lag(),
+            ..EngineStatus::default()
+        }
+    }
+
+    /// Never behind: the searches read the rows the writes commit.
+    fn lag(&self) -> Lag {
+        Lag {
+            applied: self.shared.version(),
+            ..Lag::default()
+        }
+    }
+}
+
+/// One request's view of a collection in the database. The chunks its
+/// searches returned are kept for [`Retriever::chunk`] (the pipeline asks
+/// for the text of the hits it keeps): a retriever lives as long as the
+/// request that asked for it.
+struct DatabaseRetriever {
+    store: Store,
+    collection: i64,
+    ef_search: usize,
+    found: Mutex<HashMap<i64, Arc<Chunk>>>,
+}
+
+impl DatabaseRetriever {
+    fn limits(&self, cancel: &Cancel, k: usize) -> Result<SearchLimits, StageError> {
+        if cancel.is_cancelled() {
+            return Err(StageError::Cancelled);
+        }
+        Ok(SearchLimits {
+            timeout: cancel
+                .deadline()
+                .map(|d| d.saturating_duration_since(Instant::now())),
+            ef_search: self.ef_search.max(k),
+        })
+    }
+
+    fn keep(&self, rows: Vec<FoundChunk>) {
+        let mut found = self.found.lock().unwrap_or_else(PoisonError::into_inner);
+        for r in rows {
+            found.insert(r.chunk.chunk_id, Arc::new(r.chunk));
+        }
+    }
+}
+
+/// A query the database stopped at its deadline is cancelled work, as
+/// the in-memory engine's is; anything else is the backend failing.
+fn stage_error(e: StoreError) -> StageError {
+    if e.is_query_cancelled() {
+        return StageError::Cancelled;
+    }
+    StageError::Backend(e.to_string())
+}
+
+#[async_trait]
+impl Retriever for DatabaseRetriever {
+    async fn dense(
+        &self,
+        vector: Arc<Vec<f32>>,
+        k: usize,
+        filter: &Filter,
+        cancel: Cancel,
+    ) -> Result<Vec<Hit>, StageError> {
+        let limits = self.limits(&cancel, k)?;
+        let rows = self
+            .store
+            .dense_search(self.collection, &vector, k, filter, limits)
+            .await
+            .map_err(stage_error)?;
+        let hits = rows
+            .iter()
+            .map(|r| Hit {
+                chunk_id: r.chunk.chunk_id,
+                score: r.similarity,
+            })
+            .collect();
+        self.keep(rows);
+        Ok(hits)
+    }
+
+    async fn lexical_documents(
+        &self,
+        query: &str,
+        k: usize,
+        filter: &Filter,
+        vector: Option<Arc<Vec<f32>>>,
+        per_document: usize,
+        cancel: Cancel,
+    ) -> Result<Vec<DocHit>, StageError> {
+        let limits = self.limits(&cancel, k)?;
+        let docs = self
+            .store
+            .lexical_documents(
+                self.collection,
+                query,
+                k,
+                filter,
+                vector.as_deref().map(Vec::as_slice),
+                limits,
+            )
+            .await
+            .map_err(stage_error)?;
+        // As the in-memory engine: the scale of chunk ranks is the best
+        // among documents with more than one chunk to choose from.
+        let top = docs
+            .iter()
+            .filter(|d| d.chunks.len() > 1)
+            .flat_map(|d| d.chunks.iter().map(|c| c.rank))
+            .fold(0.0f32, f32::max);
+        let mut hits = Vec::with_capacity(docs.len());
+        for d in docs {
+            let chunks = pick_passages(&d.chunks, vector.is_some(), top, per_document);
+            let kept: Vec<FoundChunk> = d
+                .chunks
+                .into_iter()
+                .filter(|c| chunks.iter().any(|h| h.chunk_id == c.chunk.chunk_id))
+                .collect();
+            self.keep(kept);
+            hits.push(DocHit {
+                document_id: d.document_id,
+                score: d.score,
+                chunks,
+            });
+        }
+        Ok(hits)
+    }
+
+    fn chunk(&self, id: i64) -> Option<Arc<Chunk>> {
+        self.found
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&id)
+            .cloned()
+    }
+}
+
+/// A document's passages, as the in-memory engine picks them: by
+/// similarity (document order without a vector); where there is more
+/// than one, by [`in_document_score`], keeping the best and then those
+/// that match the query's words; `per_document` at most.
+fn pick_passages(chunks: &[FoundChunk], vector: bool, top: f32, per_document: usize) -> Vec<Hit> {
+    if per_document == 0 {
+        return Vec::new();
+    }
+    let mut hits: Vec<(Hit, f32)> = chunks
+        .iter()
+        .map(|c| {
+            let score = if vector { c.similarity } else { 0.0 };
+            (
+                Hit {
+                    chunk_id: c.chunk.chunk_id,
+                    score,
+                },
+                c.rank,
+            )
+        })
+        .collect();
+    // Stable: equal scores keep document order.
+    hits.sort_by(|a, b| b.0.score.total_cmp(&a.0.score));
+    if hits.len() > 1 {
+        for (h, rank) in &mut hits {
+            h.score = in_document_score(vector.then_some(h.score), *rank, top);
+        }
+        hits.sort_by(|a, b| b.0.score.total_cmp(&a.0.score));
+        let mut kept = 0;
+        hits.retain(|(_, rank)| {
+            kept += 1;
+            kept == 1 || *rank > 0.0
+        });
+    }
+    hits.truncate(per_document);
+    hits.into_iter().map(|(h, _)| h).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(id: i64, similarity: f32, rank: f32) -> FoundChunk {
+        FoundChunk {
+            chunk: Chunk {
+                chunk_id: id,
+                document_id: 1,
+                external_id: "d".into(),
+                position: i32::try_from(id).unwrap_or(0),
+                title: String::new(),
+                section: String::new(),
+                metadata: Arc::default(),
+                text: String::new(),
+            },
+            similarity,
+            rank,
+        }
+    }
+
+    #[test]
+    fn passages_are_the_best_then_those_matching_the_words() {
+        let chunks = [chunk(1, 0.9, 0.1), chunk(2, 0.2, 0.0), chunk(3, 0.5, 0.4)];
+        let ids = |h: Vec<Hit>| h.into_iter().map(|h| h.chunk_id).collect::<Vec<_>>();
+        // 1: 0.9 + 0.5·0.1/0.4; 3: 0.5 + 0.5·0.4/0.4; 2 has none of the words.
+        assert_eq!(ids(pick_passages(&chunks, true, 0.4, 5)), vec![1, 3]);
+        assert_eq!(ids(pick_passages(&chunks, true, 0.4, 1)), vec![1]);
+        // Without a vector: by rank alone.
+        assert_eq!(ids(pick_passages(&chunks, false, 0.4, 5)), vec![3, 1]);
+        assert!(pick_passages(&chunks, true, 0.4, 0).is_empty());
+        // One chunk: kept whatever its rank.
+        assert_eq!(ids(pick_passages(&chunks[1..2], true, 0.4, 5)), vec![2]);
+    }
+}

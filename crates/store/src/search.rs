@@ -1,0 +1,470 @@
+//! Searching inside the database (the `postgres` retrieval engine):
+//! PostgreSQL with pgvector holds each chunk's vector beside the chunk
+//! and ranks text with its own full-text search, so a replica keeps no
+//! index of its own and every replica sees a write as soon as it commits.
+//!
+//! The engine's schema is made by [`Store::enable_database_search`] at
+//! start, not by a migration: it needs the `vector` extension, which a
+//! database serving the in-memory engine may not have (the PostgreSQL
+//! migrations stay runnable on any PostgreSQL). It is idempotent and
+//! taken under an advisory lock, so replicas starting together make it
+//! once:
+//!
+//! - `chunks.dense halfvec` (16-bit floats: half the size of `vector`; the
+//!   embedding model's 384 dimensions at 776 bytes) with an HNSW index
+//!   (cosine) on it cast to the deployment's dimension, which
+//!   `search_schema` records and every start checks;
+//! - `chunks.tsv` (section and text) and `documents.tsv` (title weighted
+//!   `A`, then every chunk's section and text), English stemming, GIN
+//!   indexed; `documents.meta`, the metadata as `jsonb`, for filters;
+//! - `ragtime_rfc3339_ms`, for date filters ([`crate::filter_sql`]).
+//!
+//! Once enabled, every chunk write also writes its `dense` vector, and a
+//! document's `tsv`, in the write's own transaction. Chunks stored
+//! before (a corpus that served the in-memory engine) are filled in from
+//! their stored embeddings by the same call.
+//!
+//! Each search runs in a transaction of its own under a
+//! `statement_timeout` from its stage's deadline, so the database itself
+//! stops a query that overruns, and the connection goes back to the pool
+//! usable. `hnsw.iterative_scan` lets a filtered search go on past
+//! `ef_search` candidates until it has `k` that pass.
+
+use crate::filter_sql::{Bind, Condition, RFC3339_FUNCTION, compile};
+use crate::{Pool, Store, StoreError};
+use ragtime_core::{Chunk, Filter};
+use sqlx::postgres::{PgArguments, Postgres};
+use sqlx::query::QueryAs;
+use std::fmt::Write;
+use std::time::Duration;
+
+/// A chunk as a search returns it, with its scores.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FoundChunk {
+    pub chunk: Chunk,
+    /// Cosine similarity to the query vector (0 without one).
+    pub similarity: f32,
+    /// The chunk's own text rank for the query (0 from a dense search).
+    pub rank: f32,
+}
+
+/// A document a lexical search found, with the chunks it holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FoundDocument {
+    pub document_id: i64,
+    pub score: f32,
+    /// Its chunks in order, scored against the query.
+    pub chunks: Vec<FoundChunk>,
+}
+
+/// How one search runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SearchLimits {
+    /// The database cancels the query after this long (`None`: no limit).
+    pub timeout: Option<Duration>,
+    /// HNSW candidates the walk keeps (`hnsw.ef_search`, at most 1000).
+    pub ef_search: usize,
+}
+
+/// The vector's text form (`[0.1,0.2,…]`), which `halfvec` parses.
+pub fn vector_text(v: &[f32]) -> String {
+    let mut s = String::with_capacity(v.len() * 10 + 2);
+    s.push('[');
+    for (i, x) in v.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        let _ = write!(s, "{x}");
+    }
+    s.push(']');
+    s
+}
+
+/// The advisory lock the schema is made under.
+const LOCK_SCHEMA: i64 = 0x5254_0003;
+/// Chunks filled in per statement when an existing corpus is enabled.
+const BACKFILL_BATCH: i64 = 2000;
+/// The text search configuration (Snowball English, as the in-memory
+/// engine's analyser).
+const TS_CONFIG: &str = "english";
+
+/// The `tsv` a document gets: its title (weight A), then its chunks'
+/// sections and text.
+pub(crate) const DOCUMENT_TSV: &str = "UPDATE documents SET tsv = \
+     setweight(to_tsvector('english', title), 'A') || to_tsvector('english', \
+     COALESCE((SELECT string_agg(section || ' ' || text, ' ' ORDER BY position) \
+     FROM chunks WHERE document_id = $1), '')) WHERE id = $1";
+
+/// What the engine needs of the database that it lacks, for the start's
+/// error message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Missing {
+    /// The store is SQLite.
+    Postgres,
+    /// No `vector` extension (or one older than 0.8) can be installed.
+    Pgvector(String),
+    /// The database's vectors have another dimension.
+    Dimension { stored: i32, wanted: usize },
+}
+
+impl std::fmt::Display for Missing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Missing::Postgres => write!(
+                f,
+                "it needs the PostgreSQL store (database_url = \"postgres://…\"); this one is SQLite"
+            ),
+            Missing::Pgvector(found) => write!(
+                f,
+                "it needs the pgvector extension 0.8 or later (`vector`) in the database; {found}"
+            ),
+            Missing::Dimension { stored, wanted } => write!(
+                f,
+                "the database's vectors have {stored} dimensions and the embedding model gives {wanted}: use the model the corpus was embedded with, or a new database"
+            ),
+        }
+    }
+}
+
+impl Store {
+    /// Whether chunk writes also write the database engine's columns.
+    pub fn searches_in_database(&self) -> bool {
+        self.search_dim.get().is_some()
+    }
+
+    /// Makes the database engine's schema for vectors of `dim` dimensions
+    /// (see the module docs) and fills in chunks stored without it;
+    /// returns how many it filled in. [`StoreError::Unsupported`] says what
+    /// the database lacks.
+    pub async fn enable_database_search(&self, dim: usize) -> Result<u64, StoreError> {
+        let Pool::Postgres(p) = &self.pool else {
+            return Err(StoreError::Unsupported(Missing::Postgres));
+        };
+        let version: Option<String> = sqlx::query_scalar(
+            "SELECT COALESCE(installed_version, default_version) FROM pg_available_extensions WHERE name = 'vector'",
+        )
+        .fetch_optional(p)
+        .await
+        ?;
+        match version.as_deref().map(version_at_least_0_8) {
+            None => {
+                return Err(StoreError::Unsupported(Missing::Pgvector(
+                    "the server has no `vector` extension".into(),
+                )));
+            }
+            Some(false) => {
+                return Err(StoreError::Unsupported(Missing::Pgvector(format!(
+                    "the server has {}",
+                    version.unwrap_or_default()
+                ))));
+            }
+            Some(true) => {}
+        }
+        let mut tx = p.begin().await?;
+        let statements = [
+            format!("SELECT pg_advisory_xact_lock({LOCK_SCHEMA})"),
+            "CREATE EXTENSION IF NOT EXISTS vector".to_owned(),
+            "CREATE TABLE IF NOT EXISTS search_schema (id INTEGER PRIMARY KEY CHECK (id = 1), dim INTEGER NOT NULL)".into(),
+            "ALTER TABLE chunks ADD COLUMN IF NOT EXISTS dense halfvec".into(),
+            format!("ALTER TABLE chunks ADD COLUMN IF NOT EXISTS tsv tsvector GENERATED ALWAYS AS (to_tsvector('{TS_CONFIG}', section || ' ' || text)) STORED"),
+            "ALTER TABLE documents ADD COLUMN IF NOT EXISTS tsv tsvector".into(),
+            "ALTER TABLE documents ADD COLUMN IF NOT EXISTS meta jsonb GENERATED ALWAYS AS (metadata::jsonb) STORED".into(),
+            RFC3339_FUNCTION.into(),
+        ];
+        for sql in statements {
+            sqlx::query(&sql).execute(&mut *tx).await?;
+        }
+        let stored: Option<i32> = sqlx::query_scalar("SELECT dim FROM search_schema WHERE id = 1")
+            .fetch_optional(&mut *tx)
+            .await?;
+        let wanted = i32::try_from(dim).unwrap_or(i32::MAX);
+        match stored {
+            Some(s) if s != wanted => {
+                return Err(StoreError::Unsupported(Missing::Dimension {
+                    stored: s,
+                    wanted: dim,
+                }));
+            }
+            Some(_) => {}
+            None => {
+                sqlx::query("INSERT INTO search_schema (id, dim) VALUES (1, $1)")
+                    .bind(wanted)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+        }
+        let indexes = [
+            format!("CREATE INDEX IF NOT EXISTS chunks_dense_hnsw ON chunks USING hnsw ((dense::halfvec({dim})) halfvec_cosine_ops) WITH (m = 16, ef_construction = 64)"),
+            "CREATE INDEX IF NOT EXISTS chunks_tsv ON chunks USING gin (tsv)".into(),
+            "CREATE INDEX IF NOT EXISTS documents_tsv ON documents USING gin (tsv)".into(),
+            "CREATE INDEX IF NOT EXISTS documents_meta ON documents USING gin (meta jsonb_path_ops)".into(),
+        ];
+        for sql in indexes {
+            sqlx::query(&sql).execute(&mut *tx).await?;
+        }
+        let filled = backfill(&mut tx).await?;
+        tx.commit().await?;
+        let _ = self.search_dim.set(dim);
+        Ok(filled)
+    }
+
+    /// The `k` chunks of collection `collection_id` nearest to unit
+    /// `vector` among those whose document passes `filter`, nearest first.
+    pub async fn dense_search(
+        &self,
+        collection_id: i64,
+        vector: &[f32],
+        k: usize,
+        filter: &Filter,
+        limits: SearchLimits,
+    ) -> Result<Vec<FoundChunk>, StoreError> {
+        let (p, dim) = self.search_pool()?;
+        let cond = compile(filter, "d.meta", 4);
+        let sql = format!(
+            "WITH r AS MATERIALIZED (SELECT {CHUNK_COLUMNS}, \
+             (c.dense::halfvec({dim}) <=> $1::halfvec({dim}))::float8 AS dist \
+             FROM chunks c JOIN documents d ON d.id = c.document_id \
+             WHERE d.collection_id = $2 AND c.dense IS NOT NULL AND {} \
+             ORDER BY c.dense::halfvec({dim}) <=> $1::halfvec({dim}) LIMIT $3) \
+             SELECT * FROM r ORDER BY dist, id",
+            cond.sql
+        );
+        let mut tx = p.begin().await?;
+        set_limits(&mut tx, limits).await?;
+        let q = sqlx::query_as::<_, ChunkRow>(&sql)
+            .bind(vector_text(vector))
+            .bind(collection_id)
+            .bind(i64::try_from(k).unwrap_or(i64::MAX));
+        let rows = bind_all(q, &cond).fetch_all(&mut *tx).await?;
+        tx.rollback().await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| found(r, |dist| (1.0 - dist) as f32, 0.0))
+            .collect())
+    }
+
+    /// The `k` documents of collection `collection_id` whose title and
+    /// text rank best for `query` (any of its words, `ts_rank`), among
+    /// those that pass `filter`, best first, each with all its chunks
+    /// scored: their cosine similarity to `vector` (when given) and their
+    /// own rank for the query.
+    pub async fn lexical_documents(
+        &self,
+        collection_id: i64,
+        query: &str,
+        k: usize,
+        filter: &Filter,
+        vector: Option<&[f32]>,
+        limits: SearchLimits,
+    ) -> Result<Vec<FoundDocument>, StoreError> {
+        let (p, dim) = self.search_pool()?;
+        let cond = compile(filter, "d.meta", 4);
+        let docs_sql = format!(
+            "SELECT d.id, ts_rank(d.tsv, q.q)::float8 AS score \
+             FROM documents d, ({ANY_WORD}) q \
+             WHERE d.collection_id = $2 AND d.tsv @@ q.q AND {} \
+             ORDER BY score DESC, d.id LIMIT $3",
+            cond.sql
+        );
+        let mut tx = p.begin().await?;
+        set_limits(&mut tx, limits).await?;
+        let q = sqlx::query_as::<_, (i64, f64)>(&docs_sql)
+            .bind(query)
+            .bind(collection_id)
+            .bind(i64::try_from(k).unwrap_or(i64::MAX));
+        let docs = bind_all(q, &cond).fetch_all(&mut *tx).await?;
+        if docs.is_empty() {
+            tx.rollback().await?;
+            return Ok(Vec::new());
+        }
+        let ids: Vec<i64> = docs.iter().map(|d| d.0).collect();
+        let chunks_sql = format!(
+            "SELECT {CHUNK_COLUMNS}, \
+             CASE WHEN $3::text IS NULL THEN 1.0::float8 \
+             ELSE (c.dense::halfvec({dim}) <=> $3::text::halfvec({dim}))::float8 END AS dist, \
+             ts_rank(c.tsv, q.q)::float8 AS rank \
+             FROM chunks c JOIN documents d ON d.id = c.document_id, ({ANY_WORD}) q \
+             WHERE c.document_id = ANY($2) ORDER BY c.document_id, c.position"
+        );
+        let rows: Vec<RankedRow> = sqlx::query_as(&chunks_sql)
+            .bind(query)
+            .bind(&ids)
+            .bind(vector.map(vector_text))
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.rollback().await?;
+        let mut out: Vec<FoundDocument> = docs
+            .into_iter()
+            .map(|(id, score)| FoundDocument {
+                document_id: id,
+                score: score as f32,
+                chunks: Vec::new(),
+            })
+            .collect();
+        let at: std::collections::HashMap<i64, usize> = out
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (d.document_id, i))
+            .collect();
+        let with_vector = vector.is_some();
+        for r in rows {
+            let Some(&i) = at.get(&r.1) else { continue };
+            let row = (r.0, r.1, r.2, r.3, r.4, r.5, r.6, r.7, r.8);
+            let sim = |dist: f64| {
+                if with_vector {
+                    (1.0 - dist) as f32
+                } else {
+                    0.0
+                }
+            };
+            out[i].chunks.push(found(row, sim, r.9 as f32));
+        }
+        Ok(out)
+    }
+
+    /// The PostgreSQL pool and the vectors' dimension, once enabled.
+    fn search_pool(&self) -> Result<(&sqlx::PgPool, usize), StoreError> {
+        match (&self.pool, self.search_dim.get()) {
+            (Pool::Postgres(p), Some(dim)) => Ok((p, *dim)),
+            _ => Err(StoreError::Url(
+                "searching in the database needs enable_database_search first".into(),
+            )),
+        }
+    }
+}
+
+/// The query's words, any of them (`plainto_tsquery` joins them with AND).
+const ANY_WORD: &str =
+    "SELECT replace(plainto_tsquery('english', $1)::text, ' & ', ' | ')::tsquery AS q";
+
+const CHUNK_COLUMNS: &str =
+    "c.id, c.document_id, d.external_id, c.position, d.title, c.section, d.metadata, c.text";
+
+type ChunkRow = (i64, i64, String, i32, String, String, String, String, f64);
+/// A chunk row with its rank after its distance.
+type RankedRow = (
+    i64,
+    i64,
+    String,
+    i32,
+    String,
+    String,
+    String,
+    String,
+    f64,
+    f64,
+);
+
+fn found(r: ChunkRow, similarity: impl Fn(f64) -> f32, rank: f32) -> FoundChunk {
+    let metadata = serde_json::from_str(&r.6).unwrap_or_default();
+    FoundChunk {
+        chunk: Chunk {
+            chunk_id: r.0,
+            document_id: r.1,
+            external_id: r.2,
+            position: r.3,
+            title: r.4,
+            section: r.5,
+            metadata: std::sync::Arc::new(metadata),
+            text: r.7,
+        },
+        similarity: similarity(r.8),
+        rank,
+    }
+}
+
+fn bind_all<'q, O>(
+    mut q: QueryAs<'q, Postgres, O, PgArguments>,
+    cond: &'q Condition,
+) -> QueryAs<'q, Postgres, O, PgArguments> {
+    for b in &cond.binds {
+        q = match b {
+            Bind::Text(s) => q.bind(s.as_str()),
+            Bind::Float(f) => q.bind(*f),
+            Bind::Bool(v) => q.bind(*v),
+            Bind::Int(i) => q.bind(*i),
+        };
+    }
+    q
+}
+
+/// The query's limits for the rest of its transaction.
+async fn set_limits(
+    tx: &mut sqlx::Transaction<'static, Postgres>,
+    limits: SearchLimits,
+) -> Result<(), sqlx::Error> {
+    let timeout_ms = limits.timeout.map_or(0, |t| {
+        u64::try_from(t.as_millis()).unwrap_or(u64::MAX).max(1)
+    });
+    sqlx::query(
+        "SELECT set_config('statement_timeout', $1, true), \
+                set_config('hnsw.ef_search', $2, true), \
+                set_config('hnsw.iterative_scan', 'relaxed_order', true)",
+    )
+    .bind(timeout_ms.to_string())
+    .bind(limits.ef_search.clamp(1, 1000).to_string())
+    .execute(&mut **tx)
+    .await
+    .map(drop)
+}
+
+/// Fills in `dense` and `documents.tsv` for rows stored before the engine
+/// was enabled.
+async fn backfill(tx: &mut sqlx::Transaction<'static, Postgres>) -> Result<u64, sqlx::Error> {
+    let mut filled = 0u64;
+    loop {
+        let rows: Vec<(i64, Vec<u8>)> = sqlx::query_as(
+            "SELECT id, embedding FROM chunks WHERE dense IS NULL ORDER BY id LIMIT $1",
+        )
+        .bind(BACKFILL_BATCH)
+        .fetch_all(&mut **tx)
+        .await?;
+        if rows.is_empty() {
+            break;
+        }
+        let ids: Vec<i64> = rows.iter().map(|r| r.0).collect();
+        let vectors: Vec<String> = rows
+            .iter()
+            .map(|r| vector_text(&crate::decode_vector(&r.1)))
+            .collect();
+        filled += sqlx::query(
+            "UPDATE chunks SET dense = v.d::halfvec FROM unnest($1::bigint[], $2::text[]) AS v(id, d) WHERE chunks.id = v.id",
+        )
+        .bind(&ids)
+        .bind(&vectors)
+        .execute(&mut **tx)
+        .await?
+        .rows_affected();
+    }
+    let docs: Vec<i64> = sqlx::query_scalar("SELECT id FROM documents WHERE tsv IS NULL")
+        .fetch_all(&mut **tx)
+        .await?;
+    for id in docs {
+        sqlx::query(DOCUMENT_TSV)
+            .bind(id)
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(filled)
+}
+
+/// Whether an extension version (`0.8.1`) is 0.8 or later.
+fn version_at_least_0_8(v: &str) -> bool {
+    let mut parts = v.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (major, minor) >= (0, 8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vectors_travel_as_halfvec_text_and_versions_compare_as_numbers() {
+        assert_eq!(vector_text(&[0.5, -1.0, 0.25]), "[0.5,-1,0.25]");
+        assert!(version_at_least_0_8("0.8.1"));
+        assert!(version_at_least_0_8("0.10.0"));
+        assert!(!version_at_least_0_8("0.7.4"));
+        assert!(!version_at_least_0_8("garbage"));
+    }
+}

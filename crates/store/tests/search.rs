@@ -1,0 +1,373 @@
+//! Searching inside the database: PostgreSQL 18 with pgvector, started by
+//! the test (`needs_pgvector_…`); what a database without it says.
+
+use ragtime_core::Filter;
+use ragtime_store::{Missing, NewChunk, NewDocument, SearchLimits, Store, StoreError};
+use ragtime_testkit::{PgDatabase, PgServer};
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+const LIMITS: SearchLimits = SearchLimits {
+    timeout: Some(Duration::from_secs(10)),
+    ef_search: 100,
+};
+
+fn unit(v: [f32; 4]) -> Vec<f32> {
+    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    v.iter().map(|x| x / n).collect()
+}
+
+fn doc(id: &str, metadata: &Value, text: &str, vector: Vec<f32>) -> NewDocument {
+    NewDocument {
+        external_id: id.into(),
+        title: format!("Note {id}"),
+        metadata: metadata.to_string(),
+        content_hash: format!("h{id}"),
+        chunks: vec![NewChunk {
+            position: 0,
+            section: String::new(),
+            text: text.into(),
+            tokens: 4,
+            embedding: vector,
+        }],
+    }
+}
+
+/// Metadata of every shape the filter language meets: numbers, strings,
+/// booleans, dates (with offsets, fractions, date-only), arrays, nested
+/// objects, a key with a dot in it, nulls, and values of the wrong type.
+fn metadata() -> Vec<Value> {
+    vec![
+        json!({"year": 2020, "lang": "en", "ok": true, "tags": ["bio", "cell"], "at": "2024-05-01T12:00:00Z"}),
+        json!({"year": 2021.5, "lang": "de", "ok": false, "tags": [], "at": "2024-05-01T13:30:00+02:00"}),
+        json!({"year": "2020", "lang": "EN", "tags": "bio", "at": "2024-05-01"}),
+        json!({"year": null, "lang": "é", "tags": [1, "x", true], "at": "2024-05-01T11:59:59.999Z"}),
+        json!({"source": {"year": 2019, "name": "arxiv"}, "lang": "en"}),
+        json!({"source.year": 2022, "source": {"year": 1999}}),
+        json!({"source": ["not", "an", "object"], "at": "not a date"}),
+        json!({"at": "2024-02-30", "year": 1e3, "ok": "true"}),
+        json!({"at": "2024-05-01T12:00:00.5-00:30", "tags": [["nested"]], "lang": "fr"}),
+        json!({}),
+    ]
+}
+
+fn filters() -> Vec<Value> {
+    vec![
+        json!({"year": 2020}),
+        json!({"year": {"$gte": 2020}}),
+        json!({"year": {"$lt": 2021, "$gt": 1000}}),
+        json!({"year": {"$ne": 2020}}),
+        json!({"year": "2020"}),
+        json!({"year": {"$in": [2020, "2020", 1000]}}),
+        json!({"year": {"$nin": [2020]}}),
+        json!({"lang": "en"}),
+        json!({"lang": {"$gt": "E"}}),
+        json!({"lang": {"$lt": "f"}}),
+        json!({"lang": {"$gte": "é"}}),
+        json!({"ok": true}),
+        json!({"ok": {"$ne": true}}),
+        json!({"tags": "bio"}),
+        json!({"tags": {"$ne": "bio"}}),
+        json!({"tags": {"$in": ["x", "cell"]}}),
+        json!({"tags": {"$nin": ["bio"]}}),
+        json!({"tags": true}),
+        json!({"tags": {"$gt": 0}}),
+        json!({"at": {"$gte": "2024-05-01T12:00:00Z"}}),
+        json!({"at": {"$lt": "2024-05-01T12:00:00Z"}}),
+        json!({"at": "2024-05-01T00:00:00Z"}),
+        json!({"at": {"$gt": "2024-03-01"}}),
+        json!({"at": {"$ne": "2024-05-01"}}),
+        json!({"source.year": 2019}),
+        json!({"source.year": 2022}),
+        json!({"source.year": {"$lt": 2000}}),
+        json!({"source.name": {"$in": ["arxiv"]}}),
+        json!({"$or": [{"lang": "de"}, {"source.year": {"$gte": 2019}}]}),
+        json!({"$and": [{"lang": "en"}, {"year": {"$ne": 2020}}]}),
+        json!({"$not": {"lang": "en"}}),
+        json!({"missing": {"$ne": 1}}),
+        json!({"missing": 1}),
+        json!({"lang": "en", "ok": true}),
+    ]
+}
+
+/// A store on a fresh database of `server`, and the database's URL.
+async fn pgvector_store(server: &PgServer, name: &str) -> (Store, String) {
+    let db = PgDatabase::create_on(&server.admin_url, name).await;
+    (Store::open(&db.url).await.expect("open"), db.url)
+}
+
+/// Every filter selects in the database exactly the documents
+/// `Filter::matches` selects: the in-memory engine's semantics, which
+/// the SQL compilation must keep (through a dense search and a lexical
+/// one).
+#[tokio::test]
+#[ignore = "needs PostgreSQL with pgvector (RAGTIME_TEST_PGVECTOR_BIN)"]
+async fn needs_pgvector_filters_select_exactly_what_the_filter_language_selects() {
+    let server = PgServer::start();
+    let (store, _) = pgvector_store(&server, "ragtime_filters").await;
+    assert_eq!(store.enable_database_search(4).await.expect("enable"), 0);
+    let coll = store.ensure_collection("c").await.expect("c");
+    let metas = metadata();
+    for (i, m) in metas.iter().enumerate() {
+        let v = unit([1.0, i as f32, 0.5, -1.0]);
+        store
+            .upsert_document(coll, &doc(&format!("d{i}"), m, "a shared word", v))
+            .await
+            .expect("upsert");
+    }
+    let n = metas.len();
+    for f in filters() {
+        let filter = Filter::parse(&f, "filter").expect("parse");
+        let want: BTreeSet<String> = metas
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| filter.matches(m))
+            .map(|(i, _)| format!("d{i}"))
+            .collect();
+        let dense: BTreeSet<String> = store
+            .dense_search(coll, &unit([1.0, 0.0, 0.0, 0.0]), n, &filter, LIMITS)
+            .await
+            .unwrap_or_else(|e| panic!("{f}: {e}"))
+            .into_iter()
+            .map(|c| c.chunk.external_id)
+            .collect();
+        assert_eq!(dense, want, "dense, {f}");
+        let lexical: BTreeSet<String> = store
+            .lexical_documents(coll, "shared", n, &filter, None, LIMITS)
+            .await
+            .unwrap_or_else(|e| panic!("{f}: {e}"))
+            .into_iter()
+            .flat_map(|d| d.chunks.into_iter().map(|c| c.chunk.external_id))
+            .collect();
+        assert_eq!(lexical, want, "lexical, {f}");
+    }
+}
+
+/// Dense search ranks by cosine similarity within its collection and
+/// follows writes (a replaced document's old vector is gone); lexical
+/// search ranks documents whose title or text has the query's words,
+/// any of them, each with its chunks scored.
+#[tokio::test]
+#[ignore = "needs PostgreSQL with pgvector (RAGTIME_TEST_PGVECTOR_BIN)"]
+async fn needs_pgvector_searches_rank_by_similarity_and_words_within_a_collection() {
+    let server = PgServer::start();
+    let (store, _) = pgvector_store(&server, "ragtime_rank").await;
+    store.enable_database_search(4).await.expect("enable");
+    let (a, b) = (
+        store.ensure_collection("a").await.expect("a"),
+        store.ensure_collection("b").await.expect("b"),
+    );
+    let m = json!({});
+    let vectors = [
+        [1.0, 0.0, 0.0, 0.0],
+        [1.0, 1.0, 0.0, 0.0],
+        [0.0, 1.0, 0.0, 0.0],
+        [0.0, 0.0, 1.0, 0.0],
+    ];
+    let texts = [
+        "cats purr softly",
+        "dogs bark loudly",
+        "cats and dogs",
+        "nothing here",
+    ];
+    for (i, (v, t)) in vectors.iter().zip(texts).enumerate() {
+        store
+            .upsert_document(a, &doc(&format!("a{i}"), &m, t, unit(*v)))
+            .await
+            .expect("a");
+    }
+    store
+        .upsert_document(b, &doc("b0", &m, "cats purr", unit(vectors[0])))
+        .await
+        .expect("b");
+    let all = Filter::All;
+    let q = unit([1.0, 0.2, 0.0, 0.0]);
+    let found = store
+        .dense_search(a, &q, 3, &all, LIMITS)
+        .await
+        .expect("dense");
+    let ids: Vec<&str> = found.iter().map(|c| c.chunk.external_id.as_str()).collect();
+    assert_eq!(ids, ["a0", "a1", "a2"]);
+    let exact: f32 = q.iter().zip(unit(vectors[0])).map(|(x, y)| x * y).sum();
+    assert!(
+        (found[0].similarity - exact).abs() < 2e-3,
+        "{} vs {exact}",
+        found[0].similarity
+    );
+    assert!(found.windows(2).all(|w| w[0].similarity >= w[1].similarity));
+
+    let docs = store
+        .lexical_documents(a, "Which cats purr?", 10, &all, Some(&q), LIMITS)
+        .await
+        .expect("lexical");
+    let ids: Vec<&str> = docs
+        .iter()
+        .map(|d| d.chunks[0].chunk.external_id.as_str())
+        .collect();
+    assert_eq!(
+        ids,
+        ["a0", "a2"],
+        "both words first, then one; b's cat is not a's"
+    );
+    assert!(docs[0].score > docs[1].score);
+    assert!(docs[0].chunks[0].rank > 0.0 && docs[0].chunks[0].similarity > 0.9);
+    assert!(
+        store
+            .lexical_documents(a, "the", 10, &all, None, LIMITS)
+            .await
+            .expect("stop")
+            .is_empty()
+    );
+
+    // Replaced: the old vector and words are gone with the old chunk.
+    let mut replaced = doc("a0", &m, "now about birds", unit(vectors[3]));
+    replaced.content_hash = "changed".into();
+    store.upsert_document(a, &replaced).await.expect("replace");
+    let found = store
+        .dense_search(a, &q, 1, &all, LIMITS)
+        .await
+        .expect("dense");
+    assert_eq!(found[0].chunk.external_id, "a1");
+    let docs = store
+        .lexical_documents(a, "purr", 10, &all, None, LIMITS)
+        .await
+        .expect("lexical");
+    assert!(docs.is_empty(), "{docs:?}");
+}
+
+/// A corpus stored before the engine was enabled is filled in from the
+/// stored embeddings; a second enable finds nothing to do; another
+/// dimension is refused naming both.
+#[tokio::test]
+#[ignore = "needs PostgreSQL with pgvector (RAGTIME_TEST_PGVECTOR_BIN)"]
+async fn needs_pgvector_an_existing_corpus_is_filled_in_and_the_dimension_is_kept() {
+    let server = PgServer::start();
+    let (store, url) = pgvector_store(&server, "ragtime_fill").await;
+    let c = store.ensure_collection("c").await.expect("c");
+    for i in 0..3 {
+        let d = doc(
+            &format!("d{i}"),
+            &json!({}),
+            "words",
+            unit([1.0, i as f32, 0.0, 0.0]),
+        );
+        store.upsert_document(c, &d).await.expect("upsert");
+    }
+    assert_eq!(store.enable_database_search(4).await.expect("enable"), 3);
+    assert_eq!(store.enable_database_search(4).await.expect("again"), 0);
+    let found = store
+        .dense_search(c, &unit([1.0, 2.0, 0.0, 0.0]), 1, &Filter::All, LIMITS)
+        .await
+        .expect("dense");
+    assert_eq!(found[0].chunk.external_id, "d2");
+    let docs = store
+        .lexical_documents(c, "words", 5, &Filter::All, None, LIMITS)
+        .await
+        .expect("lexical");
+    assert_eq!(docs.len(), 3, "documents' text filled in too");
+    let other = Store::open(&url).await.expect("open");
+    match other.enable_database_search(8).await {
+        Err(StoreError::Unsupported(Missing::Dimension {
+            stored: 4,
+            wanted: 8,
+        })) => {}
+        r => panic!("{r:?}"),
+    }
+}
+
+/// A search that cannot finish in its time is stopped by the database at
+/// its deadline (here it waits for a lock another session holds): the
+/// error says so, nothing of it runs on, and the pool's connection serves
+/// the next search.
+#[tokio::test]
+#[ignore = "needs PostgreSQL with pgvector (RAGTIME_TEST_PGVECTOR_BIN)"]
+async fn needs_pgvector_a_search_past_its_deadline_is_stopped_by_the_database() {
+    let server = PgServer::start();
+    let (store, url) = pgvector_store(&server, "ragtime_late").await;
+    store.enable_database_search(4).await.expect("enable");
+    let c = store.ensure_collection("c").await.expect("c");
+    store
+        .upsert_document(
+            c,
+            &doc("d", &json!({}), "words", unit([1.0, 0.0, 0.0, 0.0])),
+        )
+        .await
+        .expect("upsert");
+    let blocker = sqlx::PgPool::connect(&url).await.expect("connect");
+    let mut tx = blocker.begin().await.expect("begin");
+    sqlx::query("LOCK TABLE chunks IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *tx)
+        .await
+        .expect("lock");
+    let limits = SearchLimits {
+        timeout: Some(Duration::from_millis(150)),
+        ef_search: 40,
+    };
+    let q = unit([1.0, 0.0, 0.0, 0.0]);
+    let started = Instant::now();
+    let err = store
+        .dense_search(c, &q, 1, &Filter::All, limits)
+        .await
+        .expect_err("late");
+    let took = started.elapsed();
+    assert!(err.is_query_cancelled(), "{err}");
+    assert!(
+        took >= Duration::from_millis(150) && took < Duration::from_millis(170 + 100),
+        "{took:?}"
+    );
+    let err = store
+        .lexical_documents(c, "words", 1, &Filter::All, None, limits)
+        .await
+        .expect_err("late");
+    assert!(err.is_query_cancelled(), "{err}");
+    let running: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = 'active' AND pid <> pg_backend_pid() AND query LIKE '%chunks%'",
+    )
+    .fetch_one(&blocker)
+    .await
+    .expect("activity");
+    assert_eq!(running, 0, "nothing of the stopped searches runs on");
+    tx.rollback().await.expect("release");
+    let found = store
+        .dense_search(c, &q, 1, &Filter::All, limits)
+        .await
+        .expect("after");
+    assert_eq!(found.len(), 1);
+}
+
+/// The engine names what a database lacks: SQLite is not PostgreSQL.
+#[tokio::test]
+async fn searching_in_a_sqlite_store_is_refused_naming_what_it_needs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(&Store::sqlite_url(dir.path()))
+        .await
+        .expect("open");
+    let err = store.enable_database_search(4).await.expect_err("sqlite");
+    assert!(
+        matches!(err, StoreError::Unsupported(Missing::Postgres)),
+        "{err}"
+    );
+    assert!(err.to_string().contains("postgres://"), "{err}");
+    assert!(!store.searches_in_database());
+}
+
+/// PostgreSQL without pgvector (the server CI runs on 5432) is refused
+/// naming the extension.
+#[tokio::test]
+#[ignore = "needs PostgreSQL (RAGTIME_TEST_DATABASE_URL)"]
+async fn needs_postgres_searching_without_pgvector_is_refused_naming_the_extension() {
+    let db = PgDatabase::create("ragtime_novector").await;
+    let store = Store::open(&db.url).await.expect("open");
+    let err = store
+        .enable_database_search(4)
+        .await
+        .expect_err("no vector");
+    assert!(
+        matches!(err, StoreError::Unsupported(Missing::Pgvector(_))),
+        "{err}"
+    );
+    assert!(err.to_string().contains("pgvector"), "{err}");
+    store.close().await;
+    db.drop_db().await;
+}
