@@ -27,7 +27,8 @@
 //! Each search runs in a transaction of its own under a
 //! `statement_timeout` from its stage's deadline, so the database itself
 //! stops a query that overruns, and the connection goes back to the pool
-//! usable. `hnsw.iterative_scan` lets a filtered search go on past
+//! usable; a search dropped before it ends (its client went away) is
+//! cancelled in the database at once. `hnsw.iterative_scan` lets a filtered search go on past
 //! `ef_search` candidates until it has `k` that pass.
 
 use crate::filter_sql::{Bind, Condition, RFC3339_FUNCTION, compile};
@@ -230,12 +231,14 @@ impl Store {
             cond.sql
         );
         let mut tx = p.begin().await?;
-        set_limits(&mut tx, limits).await?;
+        let running = set_limits(p, &mut tx, limits).await?;
         let q = sqlx::query_as::<_, ChunkRow>(&sql)
             .bind(vector_text(vector))
             .bind(collection_id)
             .bind(i64::try_from(k).unwrap_or(i64::MAX));
-        let rows = bind_all(q, &cond).fetch_all(&mut *tx).await?;
+        let rows = bind_all(q, &cond).fetch_all(&mut *tx).await;
+        running.ended();
+        let rows = rows?;
         tx.rollback().await?;
         Ok(rows
             .into_iter()
@@ -267,16 +270,24 @@ impl Store {
             cond.sql
         );
         let mut tx = p.begin().await?;
-        set_limits(&mut tx, limits).await?;
+        let running = set_limits(p, &mut tx, limits).await?;
         let q = sqlx::query_as::<_, (i64, f64)>(&docs_sql)
             .bind(query)
             .bind(collection_id)
             .bind(i64::try_from(k).unwrap_or(i64::MAX));
-        let docs = bind_all(q, &cond).fetch_all(&mut *tx).await?;
-        if docs.is_empty() {
-            tx.rollback().await?;
-            return Ok(Vec::new());
-        }
+        let docs = bind_all(q, &cond).fetch_all(&mut *tx).await;
+        let docs = match docs {
+            Ok(d) if d.is_empty() => {
+                running.ended();
+                tx.rollback().await?;
+                return Ok(Vec::new());
+            }
+            Ok(d) => d,
+            Err(e) => {
+                running.ended();
+                return Err(e.into());
+            }
+        };
         let ids: Vec<i64> = docs.iter().map(|d| d.0).collect();
         let chunks_sql = format!(
             "SELECT {CHUNK_COLUMNS}, \
@@ -286,12 +297,14 @@ impl Store {
              FROM chunks c JOIN documents d ON d.id = c.document_id, ({ANY_WORD}) q \
              WHERE c.document_id = ANY($2) ORDER BY c.document_id, c.position"
         );
-        let rows: Vec<RankedRow> = sqlx::query_as(&chunks_sql)
+        let rows: Result<Vec<RankedRow>, _> = sqlx::query_as(&chunks_sql)
             .bind(query)
             .bind(&ids)
             .bind(vector.map(vector_text))
             .fetch_all(&mut *tx)
-            .await?;
+            .await;
+        running.ended();
+        let rows = rows?;
         tx.rollback().await?;
         let mut out: Vec<FoundDocument> = docs
             .into_iter()
@@ -388,24 +401,82 @@ fn bind_all<'q, O>(
     q
 }
 
-/// The query's limits for the rest of its transaction.
+/// The query's limits for the rest of its transaction, and the guard
+/// that cancels it if the search is dropped before it ends.
 async fn set_limits(
+    pool: &sqlx::PgPool,
     tx: &mut sqlx::Transaction<'static, Postgres>,
     limits: SearchLimits,
-) -> Result<(), sqlx::Error> {
+) -> Result<CancelOnDrop, sqlx::Error> {
+    static SEARCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let tag = format!(
+        "ragtime-search-{}-{}",
+        std::process::id(),
+        SEARCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
     let timeout_ms = limits.timeout.map_or(0, |t| {
         u64::try_from(t.as_millis()).unwrap_or(u64::MAX).max(1)
     });
-    sqlx::query(
-        "SELECT set_config('statement_timeout', $1, true), \
+    let pid: i32 = sqlx::query_scalar(
+        "SELECT pg_backend_pid() FROM (SELECT set_config('statement_timeout', $1, true), \
                 set_config('hnsw.ef_search', $2, true), \
-                set_config('hnsw.iterative_scan', 'relaxed_order', true)",
+                set_config('hnsw.iterative_scan', 'relaxed_order', true), \
+                set_config('application_name', $3, true)) s",
     )
     .bind(timeout_ms.to_string())
     .bind(limits.ef_search.clamp(1, 1000).to_string())
-    .execute(&mut **tx)
-    .await
-    .map(drop)
+    .bind(&tag)
+    .fetch_one(&mut **tx)
+    .await?;
+    Ok(CancelOnDrop {
+        pool: pool.clone(),
+        pid,
+        tag,
+        armed: true,
+    })
+}
+
+/// Stops a search's query in the database when the search is dropped
+/// before it ended (its request went away, or its stage was abandoned):
+/// without it the query would run on, holding a connection and a core,
+/// until its `statement_timeout`. The cancel names the backend and the
+/// search's own `application_name` (set for its transaction only), so
+/// it cannot stop a later query on the same connection.
+struct CancelOnDrop {
+    pool: sqlx::PgPool,
+    pid: i32,
+    tag: String,
+    armed: bool,
+}
+
+impl CancelOnDrop {
+    fn ended(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (pool, pid, tag) = (self.pool.clone(), self.pid, std::mem::take(&mut self.tag));
+        runtime.spawn(async move {
+            let sent = sqlx::query(
+                "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE pid = $1 AND application_name = $2",
+            )
+            .bind(pid)
+            .bind(&tag)
+            .execute(&pool)
+            .await;
+            if let Err(e) = sent {
+                tracing::warn!(error = %e, pid, "could not cancel an abandoned search");
+            }
+        });
+    }
 }
 
 /// Fills in `dense` and `documents.tsv` for rows stored before the engine

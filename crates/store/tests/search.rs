@@ -336,6 +336,63 @@ async fn needs_pgvector_a_search_past_its_deadline_is_stopped_by_the_database() 
     assert_eq!(found.len(), 1);
 }
 
+/// A search dropped while its query waits (its client went away) is
+/// cancelled in the database at once, long before its own timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL with pgvector (RAGTIME_TEST_PGVECTOR_BIN)"]
+async fn needs_pgvector_a_dropped_search_is_cancelled_in_the_database() {
+    let server = PgServer::start();
+    let (store, url) = pgvector_store(&server, "ragtime_gone").await;
+    store.enable_database_search(4).await.expect("enable");
+    let c = store.ensure_collection("c").await.expect("c");
+    let d = doc("d", &json!({}), "words", unit([1.0, 0.0, 0.0, 0.0]));
+    store.upsert_document(c, &d).await.expect("upsert");
+    let other = sqlx::PgPool::connect(&url).await.expect("connect");
+    let mut tx = other.begin().await.expect("begin");
+    sqlx::query("LOCK TABLE chunks IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *tx)
+        .await
+        .expect("lock");
+    let waiting = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'ragtime-search-%' AND state = 'active'",
+        )
+        .fetch_one(&other)
+        .await
+        .expect("activity")
+    };
+    let limits = SearchLimits {
+        timeout: Some(Duration::from_secs(30)),
+        ef_search: 40,
+    };
+    let q = unit([1.0, 0.0, 0.0, 0.0]);
+    let search = store.dense_search(c, &q, 1, &Filter::All, limits);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), search)
+            .await
+            .is_err(),
+        "the search waits for the lock"
+    );
+    let t = Instant::now();
+    while waiting().await > 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "the dropped search still runs"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    eprintln!(
+        "the dropped search ended in the database {:?} after the drop",
+        t.elapsed()
+    );
+    tx.rollback().await.expect("release");
+    let found = store
+        .dense_search(c, &q, 1, &Filter::All, limits)
+        .await
+        .expect("after");
+    assert_eq!(found.len(), 1, "the pool serves the next search");
+}
+
 /// The engine names what a database lacks: SQLite is not PostgreSQL.
 #[tokio::test]
 async fn searching_in_a_sqlite_store_is_refused_naming_what_it_needs() {

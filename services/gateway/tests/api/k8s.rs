@@ -548,7 +548,7 @@ fn needs_kubectl_the_manifests_render_and_agree_with_the_service() {
     // deploy/k8s itself renders the base.
     assert_eq!(render(TOP), base, "deploy/k8s renders deploy/k8s/base");
 
-    // with-postgres: the base, plus one PostgreSQL 16 that ragtime's URL reaches.
+    // with-postgres: the base, plus one PostgreSQL (with pgvector) that ragtime's URL reaches.
     let pg = render(WITH_POSTGRES);
     let with = check_ragtime(WITH_POSTGRES, &pg);
     let sts = find(&pg, "StatefulSet", "postgres");
@@ -558,7 +558,7 @@ fn needs_kubectl_the_manifests_render_and_agree_with_the_service() {
         .expect("a volume claim template");
     let claim = claims[0]["metadata"]["name"].as_str().expect("claim name");
     let db = &sts["spec"]["template"]["spec"]["containers"][0];
-    assert_eq!(db["image"], "postgres:16");
+    assert_eq!(db["image"], "pgvector/pgvector:0.8.0-pg17");
     assert!(
         db["volumeMounts"]
             .as_array()

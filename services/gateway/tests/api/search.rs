@@ -277,3 +277,67 @@ async fn bad_ingest_and_search_input_is_refused_and_changes_nothing() {
         assert_eq!((s, f.as_deref()), (status, Some(field)), "{body} -> {full}");
     }
 }
+
+/// Searching inside PostgreSQL, a retrieval the database cannot finish
+/// within the stage's budget (here its tables are locked by another
+/// session) is stopped by the database at the deadline: the request is
+/// answered in its budget, says what overran, and no query of it is left
+/// running; once the tables are free the next search is whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL with pgvector (RAGTIME_TEST_PGVECTOR_BIN)"]
+async fn needs_pgvector_a_search_the_database_cannot_finish_in_time_degrades_and_says_so() {
+    let server = ragtime_testkit::PgServer::start();
+    let db = ragtime_testkit::PgDatabase::create_on(&server.admin_url, "ragtime_late").await;
+    let url = db.url.clone();
+    let app = TestApp::builder()
+        .config(move |c| {
+            c.database_url = Some(ragtime_gateway::config::Secret::from(url));
+            c.retrieval.engine = ragtime_gateway::config::Engine::Postgres;
+        })
+        .spawn()
+        .await;
+    app.post_json("/v1/documents", corpus()).await;
+    let other = sqlx::PgPool::connect(&db.url).await.expect("connect");
+    let mut tx = other.begin().await.expect("begin");
+    sqlx::query("LOCK TABLE chunks IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *tx)
+        .await
+        .expect("lock");
+    let started = std::time::Instant::now();
+    let r = app
+        .post_json(
+            "/v1/search",
+            json!({"query": "ATP for the cell", "mode": "hybrid"}),
+        )
+        .await;
+    let took = started.elapsed();
+    let status = r.status();
+    let b: Value = r.json().await.expect("json");
+    eprintln!("{status} in {took:?}: {b}");
+    assert_eq!(status, 200, "{b}");
+    assert_eq!(b["partial"], true, "{b}");
+    let retrieve = &b["budget"]["stages"][1];
+    assert_eq!(
+        (retrieve["stage"].as_str(), retrieve["outcome"].as_str()),
+        (Some("retrieve"), Some("timeout")),
+        "{b}"
+    );
+    let budget = retrieve["budget_ms"].as_u64().expect("budget");
+    let spent = retrieve["elapsed_ms"].as_u64().expect("elapsed");
+    assert!(
+        spent <= budget + 20,
+        "stopped within 20 ms of its deadline: {b}"
+    );
+    assert!(took.as_millis() < u128::from(budget) + 200, "{took:?}");
+    let running: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'ragtime-search-%' AND state = 'active'",
+    )
+    .fetch_one(&other)
+    .await
+    .expect("activity");
+    assert_eq!(running, 0, "no search of it still runs");
+    tx.rollback().await.expect("release");
+    let (whole, _) = search(&app, json!({"query": "ATP for the cell", "mode": "hybrid"})).await;
+    assert_eq!(whole["partial"], false, "{whole}");
+    assert_eq!(ids(&whole)[0], "mito");
+}
