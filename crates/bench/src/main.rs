@@ -32,6 +32,9 @@
 //!   chosen on the train queries (see `fusion_bench`; not part of `all`).
 //! - `BENCH_STORE=dir` keeps the ingested SciFact store in `dir` and reuses
 //!   it on the next run (`scifact`, `fusion`, `rerank` without re-embedding).
+//! - `BENCH_ENGINE=postgres` with `BENCH_DATABASE_URL=postgres://…` (a
+//!   database with pgvector) stores and searches SciFact inside PostgreSQL
+//!   (`scifact`, `rerank`); `BENCH_EF_SEARCH` sets its `hnsw.ef_search`.
 //!
 //! - `scifact`: ingests the BEIR SciFact corpus (`../shared/data/scifact`,
 //!   or `RAGTIME_SCIFACT`), reports ingest throughput, and nDCG@10 on the
@@ -367,7 +370,12 @@ async fn ingest_scifact(data: &SciFact) -> (Rag, tempfile::TempDir) {
         .expect("ingest");
     let secs = t0.elapsed().as_secs_f64();
     println!(
-        "\n## ingest (SciFact corpus, SQLite, chunk {max_tokens} tokens / overlap {overlap}, {workers} worker(s) x {threads} thread(s), passages {})",
+        "\n## ingest (SciFact corpus, {}, chunk {max_tokens} tokens / overlap {overlap}, {workers} worker(s) x {threads} thread(s), passages {})",
+        if rag.corpus.engine().as_resident().is_some() {
+            "SQLite, in-memory engine"
+        } else {
+            "PostgreSQL, database engine"
+        },
         if rag.svc.model().passage_int8() {
             "int8 compute"
         } else {

@@ -209,6 +209,7 @@ impl Store {
     /// Opens the database at `url` (`sqlite://PATH` or `postgres://…`),
     /// creating a SQLite file if needed, and applies pending migrations.
     pub async fn open(url: &str) -> Result<Self, StoreError> {
+        let search_dim = std::sync::Arc::new(std::sync::OnceLock::new());
         let pool = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let opts =
                 PgConnectOptions::from_str(url).map_err(|e| StoreError::Url(e.to_string()))?;
@@ -220,6 +221,9 @@ impl Store {
             sqlx::migrate!("../../migrations/postgres")
                 .run(&pool)
                 .await?;
+            if let Some(dim) = search::enabled_dim(&pool).await? {
+                let _ = search_dim.set(dim);
+            }
             Pool::Postgres(pool)
         } else if url.starts_with("sqlite:") {
             let opts = SqliteConnectOptions::from_str(url)
@@ -245,10 +249,7 @@ impl Store {
                 redact(url)
             )));
         };
-        Ok(Self {
-            pool,
-            search_dim: std::sync::Arc::default(),
-        })
+        Ok(Self { pool, search_dim })
     }
 
     /// A listener woken as another process (or this one) commits a

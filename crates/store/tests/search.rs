@@ -266,7 +266,18 @@ async fn needs_pgvector_an_existing_corpus_is_filled_in_and_the_dimension_is_kep
         .await
         .expect("lexical");
     assert_eq!(docs.len(), 3, "documents' text filled in too");
+    // A store opened on the database afterwards writes the engine's
+    // columns without being asked (a replica on the in-memory engine, or
+    // `ragtime ingest`, keeps them current).
     let other = Store::open(&url).await.expect("open");
+    assert!(other.searches_in_database());
+    let late = doc("late", &json!({}), "words", unit([0.0, 0.0, 1.0, 0.0]));
+    other.upsert_document(c, &late).await.expect("upsert");
+    let found = store
+        .dense_search(c, &unit([0.0, 0.0, 1.0, 0.0]), 1, &Filter::All, LIMITS)
+        .await
+        .expect("dense");
+    assert_eq!(found[0].chunk.external_id, "late");
     match other.enable_database_search(8).await {
         Err(StoreError::Unsupported(Missing::Dimension {
             stored: 4,
