@@ -369,6 +369,9 @@ impl Store {
             } else {
                 tx.rollback().await?;
             }
+            if wrote {
+                self.note_write().await?;
+            }
             let version = self.corpus_version().await?;
             for r in receipts.iter_mut().filter(|r| r.upsert == Upsert::Unchanged) {
                 r.version = version;
@@ -422,6 +425,7 @@ impl Store {
             .fetch_one(&mut *tx)
             .await?;
             tx.commit().await?;
+            self.note_write().await?;
             Ok(Some(WriteReceipt { upsert: Upsert::Replaced, document_id: id, chunk_ids: vec![], removed_chunk_ids: removed, version }))
         })
     }

@@ -119,6 +119,7 @@ mod documents;
 pub mod filter_sql;
 mod jobs;
 pub mod search;
+mod standbys;
 
 pub use api_keys::ApiKeyRecord;
 pub use budgets::BudgetVersion;
@@ -130,6 +131,7 @@ pub use documents::{
 };
 pub use jobs::{JOB_HEARTBEAT_MS, JOB_STALE_MS, JobRecord, JobStatus, JobStep, NewJob};
 pub use search::{FoundChunk, FoundDocument, Missing, SearchLimits};
+pub use standbys::StandbyStatus;
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
@@ -203,6 +205,8 @@ pub struct Store {
     /// enabled ([`Store::enable_database_search`]): chunk writes then
     /// write its columns too. Shared by every clone.
     search_dim: std::sync::Arc<std::sync::OnceLock<usize>>,
+    /// Hot standbys searches may read ([`Store::with_standbys`]).
+    standbys: Option<std::sync::Arc<standbys::Standbys>>,
 }
 
 impl Store {
@@ -249,7 +253,11 @@ impl Store {
                 redact(url)
             )));
         };
-        Ok(Self { pool, search_dim })
+        Ok(Self {
+            pool,
+            search_dim,
+            standbys: None,
+        })
     }
 
     /// A listener woken as another process (or this one) commits a

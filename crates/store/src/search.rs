@@ -221,7 +221,21 @@ impl Store {
         filter: &Filter,
         limits: SearchLimits,
     ) -> Result<Vec<FoundChunk>, StoreError> {
-        let (p, dim) = self.search_pool()?;
+        self.on_reader(|p, dim| self.dense_on(p, dim, collection_id, vector, k, filter, limits))
+            .await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn dense_on(
+        &self,
+        p: &sqlx::PgPool,
+        dim: usize,
+        collection_id: i64,
+        vector: &[f32],
+        k: usize,
+        filter: &Filter,
+        limits: SearchLimits,
+    ) -> Result<Vec<FoundChunk>, StoreError> {
         let cond = compile(filter, "d.meta", 4);
         let sql = format!(
             "WITH r AS MATERIALIZED (SELECT {CHUNK_COLUMNS}, \
@@ -262,7 +276,24 @@ impl Store {
         vector: Option<&[f32]>,
         limits: SearchLimits,
     ) -> Result<Vec<FoundDocument>, StoreError> {
-        let (p, dim) = self.search_pool()?;
+        self.on_reader(|p, dim| {
+            self.lexical_on(p, dim, collection_id, query, k, filter, vector, limits)
+        })
+        .await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn lexical_on(
+        &self,
+        p: &sqlx::PgPool,
+        dim: usize,
+        collection_id: i64,
+        query: &str,
+        k: usize,
+        filter: &Filter,
+        vector: Option<&[f32]>,
+        limits: SearchLimits,
+    ) -> Result<Vec<FoundDocument>, StoreError> {
         let cond = compile(filter, "d.meta", 4);
         let docs_sql = format!(
             "SELECT d.id, ts_rank({RANK_WEIGHTS}, d.tsv, q.q)::float8 AS score \
@@ -335,6 +366,26 @@ impl Store {
             out[i].chunks.push(found(row, sim, r.9 as f32));
         }
         Ok(out)
+    }
+
+    /// Runs a search on a standby that may serve it, else (or when it
+    /// fails there for any reason but its deadline) on the primary.
+    async fn on_reader<'a, T, Fut>(
+        &'a self,
+        search: impl Fn(&'a sqlx::PgPool, usize) -> Fut,
+    ) -> Result<T, StoreError>
+    where
+        Fut: std::future::Future<Output = Result<T, StoreError>> + 'a,
+    {
+        let (primary, dim) = self.search_pool()?;
+        if let Some((standby, i)) = self.read_pool() {
+            self.standby_used(i);
+            match search(standby, dim).await {
+                Err(e) if !e.is_query_cancelled() => self.standby_failed(i, &e),
+                done => return done,
+            }
+        }
+        search(primary, dim).await
     }
 
     /// The PostgreSQL pool and the vectors' dimension, once enabled.

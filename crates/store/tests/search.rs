@@ -439,3 +439,100 @@ async fn needs_postgres_searching_without_pgvector_is_refused_naming_the_extensi
     store.close().await;
     db.drop_db().await;
 }
+
+/// Searches read a hot standby once it is close to the primary (its own
+/// statistics count them), a search right after this process's write
+/// finds it (the primary serves until the standby has replayed it), and
+/// a standby that stops is passed over for the primary without an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL with pgvector (RAGTIME_TEST_PGVECTOR_BIN)"]
+async fn needs_pgvector_searches_read_a_standby_and_fail_over_to_the_primary() {
+    let primary = PgServer::start();
+    let (store, url) = pgvector_store(&primary, "ragtime_reads").await;
+    store.enable_database_search(4).await.expect("enable");
+    let standby = primary.standby();
+    let read_url = standby.url(url.rsplit('/').next().expect("a database name"));
+    let store = store
+        .with_standbys(std::slice::from_ref(&read_url), Duration::from_secs(1))
+        .expect("standbys");
+    let c = store.ensure_collection("c").await.expect("c");
+    let rollbacks = || async {
+        // Every search ends its read-only transaction with a rollback.
+        let pool = sqlx::PgPool::connect(&read_url).await.expect("standby");
+        let n: i64 = sqlx::query_scalar(
+            "SELECT xact_rollback FROM pg_stat_database WHERE datname = current_database()",
+        )
+        .fetch_one(&pool)
+        .await
+        .expect("stats");
+        pool.close().await;
+        n
+    };
+    let q = unit([1.0, 0.0, 0.0, 0.0]);
+    for i in 0..5 {
+        let d = doc(
+            &format!("d{i}"),
+            &json!({}),
+            "words",
+            unit([1.0, i as f32, 0.0, 0.0]),
+        );
+        store.upsert_document(c, &d).await.expect("upsert");
+        // Read your writes: found at once, whoever serves it.
+        let found = store
+            .dense_search(c, &q, 10, &Filter::All, LIMITS)
+            .await
+            .expect("dense");
+        assert_eq!(found.len(), i + 1, "the write just made is found");
+    }
+    // Once a probe has seen the standby replay it all, it serves.
+    let t = Instant::now();
+    loop {
+        store.probe_standbys().await.expect("probe");
+        if store.standbys()[0].usable {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            store.standbys()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let before = rollbacks().await;
+    for _ in 0..10 {
+        let found = store
+            .dense_search(c, &q, 10, &Filter::All, LIMITS)
+            .await
+            .expect("dense");
+        assert_eq!(found.len(), 5);
+        let docs = store
+            .lexical_documents(c, "words", 10, &Filter::All, None, LIMITS)
+            .await
+            .expect("lexical");
+        assert_eq!(docs.len(), 5);
+    }
+    assert_eq!(store.standbys()[0].searches, 20, "sent to the standby");
+    // Its own statistics count them (a backend reports them once idle
+    // for a while: up to about 10 s).
+    let t = Instant::now();
+    while rollbacks().await - before < 20 {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the standby's statistics show no searches"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
+    // The standby stops: searches go on, on the primary.
+    standby.stop();
+    for _ in 0..3 {
+        let found = store
+            .dense_search(c, &q, 10, &Filter::All, LIMITS)
+            .await
+            .expect("failed over");
+        assert_eq!(found.len(), 5);
+    }
+    store.probe_standbys().await.expect("probe");
+    let s = &store.standbys()[0];
+    assert!(!s.up && !s.usable, "{s:?}");
+}

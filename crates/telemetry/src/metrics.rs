@@ -103,6 +103,13 @@ pub struct CacheLabels {
     pub result: CacheResult,
 }
 
+/// A hot standby searches may read, by its position in
+/// `database.read_urls` (never its URL: it may hold a password).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StandbyLabels {
+    pub standby: u32,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BudgetLabels {
     pub stage: BudgetOf,
@@ -186,6 +193,8 @@ pub struct Metrics {
     load_level: Gauge,
     index_lag_seconds: Gauge<f64, AtomicU64>,
     index_lag_entries: Gauge,
+    standby_lag_seconds: Family<StandbyLabels, Gauge<f64, AtomicU64>>,
+    standby_usable: Family<StandbyLabels, Gauge>,
     first_chunk: Histogram,
     runs: [AtomicU64; Stage::ALL.len()],
     partial_total: AtomicU64,
@@ -229,6 +238,8 @@ impl Metrics {
             load_level: Gauge::default(),
             index_lag_seconds: Gauge::default(),
             index_lag_entries: Gauge::default(),
+            standby_lag_seconds: Family::default(),
+            standby_usable: Family::default(),
             first_chunk: Histogram::new(LATENCY_BUCKETS.iter().copied()),
             runs: Default::default(),
             partial_total: AtomicU64::new(0),
@@ -274,6 +285,16 @@ impl Metrics {
             "ragtime_llm_time_per_output_token_seconds",
             "Time per output token after the first",
             self.tpot.clone(),
+        );
+        r.register(
+            "ragtime_standby_lag_seconds",
+            "How far a hot standby in database.read_urls is behind the primary, as last probed",
+            self.standby_lag_seconds.clone(),
+        );
+        r.register(
+            "ragtime_standby_usable",
+            "1 while searches may read the standby (it answers, is close enough and has this replica's writes)",
+            self.standby_usable.clone(),
         );
         r.register(
             "ragtime_index_lag_seconds",
@@ -518,6 +539,17 @@ impl Metrics {
     pub fn set_index_lag(&self, entries: i64, seconds: f64) {
         self.index_lag_entries.set(entries);
         self.index_lag_seconds.set(seconds);
+    }
+
+    /// Standby `standby`'s state at the last probe.
+    pub fn set_standby(&self, standby: u32, usable: bool, lag_seconds: f64) {
+        let labels = StandbyLabels { standby };
+        self.standby_lag_seconds
+            .get_or_create(&labels)
+            .set(lag_seconds);
+        self.standby_usable
+            .get_or_create(&labels)
+            .set(i64::from(usable));
     }
 
     /// The budgets in force for new requests (`None`: the total).

@@ -538,6 +538,88 @@ pub struct PgServer {
 impl PgServer {
     /// Starts the server (initdb and start take about a second).
     pub fn start() -> PgServer {
+        let server = PgServer::new();
+        let data = server.dir.join("data");
+        let initdb = server.bin.join("initdb");
+        server.run(
+            &initdb.to_string_lossy(),
+            &[
+                "-D",
+                &data.to_string_lossy(),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
+        );
+        server.launch();
+        server
+    }
+
+    /// A hot standby of this server (`pg_basebackup -R`: it streams the
+    /// primary's WAL and answers read-only queries), on a port of its own.
+    pub fn standby(&self) -> PgServer {
+        let standby = PgServer::new();
+        let data = standby.dir.join("data");
+        let (host, port) = self.host_port();
+        let backup = self.bin.join("pg_basebackup");
+        standby.run(
+            &backup.to_string_lossy(),
+            &[
+                "-h",
+                &host,
+                "-p",
+                &port,
+                "-U",
+                "postgres",
+                "-D",
+                &data.to_string_lossy(),
+                "-R",
+                "-X",
+                "stream",
+                "-c",
+                "fast",
+                "--no-sync",
+            ],
+        );
+        standby.launch();
+        standby
+    }
+
+    /// Stops the server now (what a standby that fails looks like).
+    pub fn stop(&self) {
+        let data = self.dir.join("data");
+        let pg_ctl = self.bin.join("pg_ctl");
+        let _ = self
+            .command(&pg_ctl.to_string_lossy())
+            .args(["-D", &data.to_string_lossy(), "-m", "immediate", "stop"])
+            .output();
+    }
+
+    /// The URL of database `name` on this server.
+    pub fn url(&self, name: &str) -> String {
+        let base = self
+            .admin_url
+            .rsplit_once('/')
+            .map_or(self.admin_url.as_str(), |(b, _)| b);
+        format!("{base}/{name}")
+    }
+
+    fn host_port(&self) -> (String, String) {
+        let hp = self
+            .admin_url
+            .trim_start_matches("postgres://postgres@")
+            .split('/')
+            .next()
+            .unwrap_or_default();
+        let (h, p) = hp.rsplit_once(':').unwrap_or((hp, "5432"));
+        (h.to_owned(), p.to_owned())
+    }
+
+    /// A server not started yet: its folder and a free port.
+    fn new() -> PgServer {
         let bin = std::path::PathBuf::from(need(
             "RAGTIME_TEST_PGVECTOR_BIN",
             "PostgreSQL with pgvector",
@@ -559,33 +641,24 @@ impl PgServer {
             admin_url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
         };
         server.run("mkdir", &["-p", &server.dir.to_string_lossy()]);
-        let data = server.dir.join("data");
-        let data = data.to_string_lossy();
-        let initdb = server.bin.join("initdb");
-        server.run(
-            &initdb.to_string_lossy(),
-            &[
-                "-D",
-                &data,
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "-E",
-                "UTF8",
-                "--no-sync",
-            ],
-        );
+        server
+    }
+
+    /// Starts the cluster in the server's folder on its port.
+    fn launch(&self) {
+        let (_, port) = self.host_port();
+        let data = self.dir.join("data");
         let options = format!(
             "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
-            server.dir.display()
+            self.dir.display()
         );
-        let log = server.dir.join("log");
-        let pg_ctl = server.bin.join("pg_ctl");
-        server.run(
+        let log = self.dir.join("log");
+        let pg_ctl = self.bin.join("pg_ctl");
+        self.run(
             &pg_ctl.to_string_lossy(),
             &[
                 "-D",
-                &data,
+                &data.to_string_lossy(),
                 "-o",
                 &options,
                 "-l",
@@ -594,7 +667,6 @@ impl PgServer {
                 "start",
             ],
         );
-        server
     }
 
     /// A command running `program`, as `postgres` when this process is root.
@@ -627,12 +699,7 @@ impl PgServer {
 
 impl Drop for PgServer {
     fn drop(&mut self) {
-        let data = self.dir.join("data");
-        let pg_ctl = self.bin.join("pg_ctl");
-        let _ = self
-            .command(&pg_ctl.to_string_lossy())
-            .args(["-D", &data.to_string_lossy(), "-m", "immediate", "stop"])
-            .output();
+        self.stop();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -286,12 +286,16 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Store> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("cannot create data_dir {}", config.data_dir.display()))?;
     let db_url = config.database_url();
-    Store::open(&db_url).await.with_context(|| {
+    let store = Store::open(&db_url).await.with_context(|| {
         format!(
             "cannot open the store at {}",
             ragtime_store::redact(&db_url)
         )
-    })
+    })?;
+    let max_lag = Duration::from_millis(config.database.max_read_lag_ms);
+    store
+        .with_standbys(&config.database.read_urls(), max_lag)
+        .context("database.read_urls")
 }
 
 async fn shutdown_signal() {
@@ -353,11 +357,27 @@ async fn follow_store(pipeline: Arc<ragtime_pipeline::Pipeline>) {
             Ok(_) => {
                 let lag = pipeline.corpus().lag();
                 pipeline.metrics().set_index_lag(lag.entries, lag.seconds);
+                probe_standbys(&pipeline).await;
             }
             Err(e) => {
                 tracing::warn!(error = %e, "following the store's changes failed; trying again");
             }
         }
+    }
+}
+
+/// Measures the standbys' lag (`database.read_urls`) for the choice of
+/// where searches read, and puts it on `/metrics`.
+async fn probe_standbys(pipeline: &ragtime_pipeline::Pipeline) {
+    let store = &pipeline.corpus().store;
+    if let Err(e) = store.probe_standbys().await {
+        tracing::warn!(error = %e, "probing the standbys failed; searches read the primary");
+    }
+    for (i, s) in store.standbys().iter().enumerate() {
+        let i = u32::try_from(i).unwrap_or(u32::MAX);
+        pipeline
+            .metrics()
+            .set_standby(i, s.usable, s.lag_ms as f64 / 1000.0);
     }
 }
 

@@ -26,7 +26,7 @@ pub use limits::LimitsConfig;
 pub use llm::{BackendConfig, BreakerConfig, HedgeConfig, LlmConfig};
 pub use load::LoadConfig;
 pub use rerank::RerankConfig;
-pub use retrieval::{Engine, RetrievalConfig};
+pub use retrieval::{DatabaseConfig, Engine, RetrievalConfig};
 pub use server::ServerConfig;
 pub use snapshots::SnapshotsConfig;
 pub use telemetry::{LogFormatSetting, TelemetryConfig};
@@ -125,6 +125,7 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// `postgres://…` to use PostgreSQL; unset = SQLite in `data_dir`.
     pub database_url: Option<Secret>,
+    pub database: DatabaseConfig,
     /// Bearer key for `/admin` (`RAGTIME__ADMIN_KEY`); unset = admin API off.
     pub admin_key: Option<Secret>,
     pub embed: EmbedConfig,
@@ -157,6 +158,7 @@ impl Default for Config {
             server: ServerConfig::default(),
             data_dir: data_home().join("ragtime"),
             database_url: None,
+            database: DatabaseConfig::default(),
             admin_key: None,
             embed: EmbedConfig::default(),
             chunking: ChunkingConfig::default(),
@@ -249,6 +251,7 @@ impl Config {
         let url = self.database_url();
         self.retrieval
             .validate(url.starts_with("postgres://") || url.starts_with("postgresql://"))?;
+        self.database.validate(self.retrieval.engine)?;
         self.chat.validate()?;
         self.load.validate()?;
         self.limits.validate()?;
@@ -263,6 +266,13 @@ impl Config {
         if let Some(url) = &self.database_url {
             v["database_url"] = serde_json::Value::String(ragtime_store::redact(url.expose()));
         }
+        let standbys: Vec<String> = self
+            .database
+            .read_urls()
+            .iter()
+            .map(|u| ragtime_store::redact(u))
+            .collect();
+        v["database"]["read_urls"] = serde_json::json!(standbys);
         v
     }
 

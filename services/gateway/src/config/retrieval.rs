@@ -1,6 +1,7 @@
-//! `[retrieval]`: where collections are searched.
+//! `[retrieval]`: where collections are searched; `[database]`: the
+//! standbys the `postgres` engine's searches may read.
 
-use super::{ConfigError, invalid};
+use super::{ConfigError, Secret, invalid};
 use serde::{Deserialize, Serialize};
 
 /// Which retrieval engine searches the collections.
@@ -46,6 +47,63 @@ impl RetrievalConfig {
         }
         if !(1..=1000).contains(&self.ef_search) {
             return Err(invalid("retrieval.ef_search", "must be between 1 and 1000"));
+        }
+        Ok(())
+    }
+}
+
+/// Hot standbys of the PostgreSQL primary (`[database]`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DatabaseConfig {
+    /// `postgres://…` URLs of streaming standbys: the `postgres` engine's
+    /// searches read them while they keep up (writes stay on the
+    /// primary at `database_url`).
+    pub read_urls: Vec<Secret>,
+    /// A standby further behind the primary than this is passed over for
+    /// the primary until it catches up.
+    pub max_read_lag_ms: u64,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        Self {
+            read_urls: Vec::new(),
+            max_read_lag_ms: 1000,
+        }
+    }
+}
+
+impl DatabaseConfig {
+    /// The URLs as given, for the store.
+    pub fn read_urls(&self) -> Vec<String> {
+        self.read_urls
+            .iter()
+            .map(|u| u.expose().to_owned())
+            .collect()
+    }
+
+    pub(super) fn validate(&self, engine: Engine) -> Result<(), ConfigError> {
+        if self.read_urls.is_empty() {
+            return Ok(());
+        }
+        if engine != Engine::Postgres {
+            return Err(invalid(
+                "database.read_urls",
+                "standbys serve the searches of retrieval.engine = \"postgres\"; set it, or leave read_urls empty",
+            ));
+        }
+        for (i, url) in self.read_urls.iter().enumerate() {
+            let u = url.expose();
+            if !(u.starts_with("postgres://") || u.starts_with("postgresql://")) {
+                return Err(invalid(
+                    &format!("database.read_urls[{i}]"),
+                    "must start with postgres:// or postgresql://",
+                ));
+            }
+        }
+        if self.max_read_lag_ms == 0 {
+            return Err(invalid("database.max_read_lag_ms", "must be positive"));
         }
         Ok(())
     }

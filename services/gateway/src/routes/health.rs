@@ -60,6 +60,18 @@ struct EmbedCheck {
 #[derive(Serialize)]
 struct StoreCheck {
     backend: String,
+    /// The hot standbys searches may read (`database.read_urls`), in order:
+    /// none down or behind makes the replica unready (searches read the
+    /// primary meanwhile).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    standbys: Vec<StandbyCheck>,
+}
+
+#[derive(Serialize)]
+struct StandbyCheck {
+    usable: bool,
+    up: bool,
+    lag_ms: u64,
 }
 
 #[derive(Serialize)]
@@ -155,6 +167,16 @@ async fn store_check(state: &AppState) -> Result<StoreCheck, String> {
         .and_then(|r| r.map_err(|e| e.to_string()))
         .map(|()| StoreCheck {
             backend: format!("{:?}", state.store.backend()).to_lowercase(),
+            standbys: state
+                .store
+                .standbys()
+                .into_iter()
+                .map(|s| StandbyCheck {
+                    usable: s.usable,
+                    up: s.up,
+                    lag_ms: s.lag_ms,
+                })
+                .collect(),
         })
 }
 

@@ -161,6 +161,20 @@ async fn needs_pgvector_replicas_searching_in_the_database_see_a_write_once_it_r
     let (_, _) = (a.shutdown().await, b.shutdown().await);
 }
 
+/// Waits (at most 10 s) until `/readyz` says the first standby's `field`
+/// is `value`.
+async fn standby_is(app: &TestApp, field: &str, value: bool) {
+    let t = Instant::now();
+    loop {
+        let ready = app.wait_ready().await;
+        if ready["checks"]["store"]["standbys"][0][field] == value {
+            return;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "{ready}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// On `a`: a new document, a replacement and a delete.
 async fn change(a: &TestApp) {
     a.ingest(json!({"collection": "papers", "documents": [
@@ -254,4 +268,50 @@ async fn follows(a: &TestApp, b: &TestApp) {
         metrics.lines().any(|l| l == "ragtime_index_lag_entries 0"),
         "{metrics}"
     );
+}
+
+/// A replica searching in PostgreSQL with a hot standby in
+/// `database.read_urls`: a search right after an ingest finds it (the
+/// primary serves until the standby has replayed it), searches then go
+/// to the standby (`/readyz` and `/metrics` say it is usable), and a
+/// standby that stops is passed over without an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL with pgvector (RAGTIME_TEST_PGVECTOR_BIN)"]
+async fn needs_pgvector_searches_read_a_standby_and_survive_its_loss() {
+    use ragtime_gateway::config::{Engine, Secret};
+    let primary = ragtime_testkit::PgServer::start();
+    let db = PgDatabase::create_on(&primary.admin_url, "ragtime_standby").await;
+    // The schema and the engine's columns exist before the copy is made.
+    ragtime_store::Store::open(&db.url).await.expect("migrate");
+    let standby = primary.standby();
+    let read_url = standby.url(db.url.rsplit('/').next().expect("name"));
+    let url = db.url.clone();
+    let app = TestApp::builder()
+        .config(move |c| {
+            c.database_url = Some(Secret::from(url));
+            c.retrieval.engine = Engine::Postgres;
+            c.database.read_urls = vec![Secret::from(read_url)];
+        })
+        .spawn()
+        .await;
+    app.ingest(json!({"collection": "papers", "documents": [
+        doc("mito", "Mitochondria make most of the cell's ATP."),
+    ]}))
+    .await;
+    assert_eq!(find_ids(&app, "ATP", "hybrid", Value::Null).await, ["mito"]);
+    standby_is(&app, "usable", true).await;
+    for _ in 0..5 {
+        assert_eq!(find_ids(&app, "ATP", "hybrid", Value::Null).await, ["mito"]);
+    }
+    let metrics = app.get("/metrics").await.text().await.expect("metrics");
+    assert!(
+        metrics.contains("ragtime_standby_usable{standby=\"0\"} 1"),
+        "{metrics}"
+    );
+    standby.stop();
+    for _ in 0..5 {
+        assert_eq!(find_ids(&app, "ATP", "hybrid", Value::Null).await, ["mito"]);
+    }
+    standby_is(&app, "up", false).await;
+    let _ = app.shutdown().await;
 }

@@ -1,0 +1,253 @@
+//! Hot standbys for reads (`database.read_urls`): the database engine's
+//! searches go to a streaming standby of the primary, so read throughput
+//! grows with standbys while writes and the change log stay on the
+//! primary.
+//!
+//! A standby is used only while it is close enough and has what this
+//! process wrote:
+//!
+//! - [`Store::probe_standbys`] (every follower pass, twice a second) reads
+//!   the primary's WAL position and each standby's replay position. A
+//!   standby's lag is how long ago the primary was at the position the
+//!   standby has replayed (0 once it has replayed all the primary had);
+//!   one further behind than `max_lag`, or that did not answer, is
+//!   skipped for the primary until a probe finds it well again.
+//! - Read your writes: after each write this process commits, the store
+//!   notes the primary's WAL position; a search reads a standby only once
+//!   its replay position (as last probed) has passed it, and the primary
+//!   before that.
+//! - A search that fails on a standby for any reason but its own deadline
+//!   is run again on the primary (no error reaches the user), and the
+//!   standby is skipped until the next probe finds it answering.
+
+use crate::{Pool, Store, StoreError};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use std::collections::VecDeque;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// One standby as the store sees it.
+#[derive(Debug)]
+pub(crate) struct Standby {
+    pool: PgPool,
+    /// Its URL without the password, for metrics and logs.
+    name: String,
+    state: Mutex<State>,
+    /// Searches sent to it.
+    searches: AtomicU64,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct State {
+    /// The last probe reached it.
+    up: bool,
+    /// Replay position at the last probe.
+    replayed: u64,
+    lag: Duration,
+}
+
+/// What `/metrics` and `/readyz` say of a standby.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StandbyStatus {
+    pub name: String,
+    /// Searches may go to it now.
+    pub usable: bool,
+    pub up: bool,
+    pub lag_ms: u64,
+    /// Searches sent to it since start.
+    pub searches: u64,
+}
+
+/// The standbys of a store, and what it needs to choose one.
+#[derive(Debug)]
+pub(crate) struct Standbys {
+    list: Vec<Standby>,
+    max_lag: Duration,
+    /// The primary's WAL position after this process's last write.
+    written: AtomicU64,
+    /// The primary's recent WAL positions, oldest first (to date a
+    /// standby's replay position).
+    history: Mutex<VecDeque<(Instant, u64)>>,
+}
+
+/// How long a search waits for a standby's connection before it reads
+/// the primary instead.
+const STANDBY_ACQUIRE: Duration = Duration::from_millis(100);
+
+/// A pg_lsn as a number of bytes.
+const LSN: &str = "(%s - '0/0'::pg_lsn)::bigint";
+
+fn lsn(expr: &str) -> String {
+    LSN.replace("%s", expr)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Standbys {
+    /// The standby a search should read, if any may serve it.
+    fn pick(&self) -> Option<&Standby> {
+        let written = self.written.load(Ordering::Acquire);
+        self.list.iter().find(|s| {
+            let st = *lock(&s.state);
+            st.up && st.lag <= self.max_lag && st.replayed >= written
+        })
+    }
+}
+
+impl Store {
+    /// Reads searches from these standbys of the primary (`postgres://`
+    /// URLs) while they are within `max_lag` of it. Connections are made
+    /// at first use: a standby down at start is skipped until it answers.
+    pub fn with_standbys(mut self, urls: &[String], max_lag: Duration) -> Result<Self, StoreError> {
+        if urls.is_empty() {
+            return Ok(self);
+        }
+        if !matches!(self.pool, Pool::Postgres(_)) {
+            return Err(StoreError::Url("standbys need the PostgreSQL store".into()));
+        }
+        let mut list = Vec::with_capacity(urls.len());
+        for url in urls {
+            let opts =
+                PgConnectOptions::from_str(url).map_err(|e| StoreError::Url(e.to_string()))?;
+            // A standby that went away must cost a search little of its
+            // budget before it falls over to the primary: the pool would
+            // otherwise keep trying to connect for its whole wait.
+            let pool = PgPoolOptions::new()
+                .max_connections(16)
+                .acquire_timeout(STANDBY_ACQUIRE)
+                .connect_lazy_with(opts);
+            list.push(Standby {
+                pool,
+                name: crate::redact(url),
+                state: Mutex::default(),
+                searches: AtomicU64::new(0),
+            });
+        }
+        self.standbys = Some(Arc::new(Standbys {
+            list,
+            max_lag,
+            written: AtomicU64::new(0),
+            history: Mutex::default(),
+        }));
+        Ok(self)
+    }
+
+    /// Measures each standby's lag (see the module docs).
+    pub async fn probe_standbys(&self) -> Result<(), StoreError> {
+        let (Some(sb), Pool::Postgres(primary)) = (&self.standbys, &self.pool) else {
+            return Ok(());
+        };
+        let now: i64 = sqlx::query_scalar(&format!("SELECT {}", lsn("pg_current_wal_lsn()")))
+            .fetch_one(primary)
+            .await?;
+        let now = u64::try_from(now).unwrap_or(0);
+        let at = Instant::now();
+        {
+            let mut h = lock(&sb.history);
+            if h.back().is_none_or(|(_, l)| *l != now) {
+                h.push_back((at, now));
+            }
+            // An hour is past any lag a standby is still used at.
+            while h
+                .front()
+                .is_some_and(|(t, _)| at.duration_since(*t) > Duration::from_secs(3600))
+            {
+                h.pop_front();
+            }
+        }
+        for s in &sb.list {
+            let replayed: Result<Option<i64>, _> = tokio::time::timeout(
+                Duration::from_secs(2),
+                sqlx::query_scalar(&format!("SELECT {}", lsn("pg_last_wal_replay_lsn()")))
+                    .fetch_one(&s.pool),
+            )
+            .await
+            .unwrap_or(Err(sqlx::Error::PoolTimedOut));
+            let mut st = lock(&s.state);
+            match replayed {
+                Ok(Some(r)) => {
+                    let r = u64::try_from(r).unwrap_or(0);
+                    // Lag: since the primary first stood past the replayed
+                    // position (0 if it never has).
+                    let h = lock(&sb.history);
+                    let lag = h
+                        .iter()
+                        .find(|(_, l)| *l > r)
+                        .map_or(Duration::ZERO, |(t, _)| at.duration_since(*t));
+                    *st = State {
+                        up: true,
+                        replayed: r,
+                        lag,
+                    };
+                }
+                // Not in recovery (a promoted or wrongly named server) or
+                // not answering: not a standby to read.
+                Ok(None) | Err(_) => st.up = false,
+            }
+        }
+        Ok(())
+    }
+
+    /// Notes the primary's WAL position after a write of this process:
+    /// no standby serves its searches until it has replayed that far.
+    pub(crate) async fn note_write(&self) -> Result<(), StoreError> {
+        let (Some(sb), Pool::Postgres(primary)) = (&self.standbys, &self.pool) else {
+            return Ok(());
+        };
+        let at: i64 = sqlx::query_scalar(&format!("SELECT {}", lsn("pg_current_wal_lsn()")))
+            .fetch_one(primary)
+            .await?;
+        sb.written
+            .fetch_max(u64::try_from(at).unwrap_or(0), Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// The pool a search reads, and the standby it is (`None`: the
+    /// primary).
+    pub(crate) fn read_pool(&self) -> Option<(&PgPool, usize)> {
+        let sb = self.standbys.as_ref()?;
+        let s = sb.pick()?;
+        let i = sb.list.iter().position(|x| std::ptr::eq(x, s))?;
+        Some((&s.pool, i))
+    }
+
+    /// A search goes to standby `i`.
+    pub(crate) fn standby_used(&self, i: usize) {
+        if let Some(s) = self.standbys.as_ref().and_then(|sb| sb.list.get(i)) {
+            s.searches.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A search on standby `i` failed: skip it until a probe finds it well.
+    pub(crate) fn standby_failed(&self, i: usize, error: &StoreError) {
+        if let Some(s) = self.standbys.as_ref().and_then(|sb| sb.list.get(i)) {
+            tracing::warn!(standby = %s.name, error = %error, "a search failed on a standby; reading the primary");
+            lock(&s.state).up = false;
+        }
+    }
+
+    /// Each standby's state, in the order configured.
+    pub fn standbys(&self) -> Vec<StandbyStatus> {
+        let Some(sb) = &self.standbys else {
+            return Vec::new();
+        };
+        let written = sb.written.load(Ordering::Acquire);
+        sb.list
+            .iter()
+            .map(|s| {
+                let st = *lock(&s.state);
+                StandbyStatus {
+                    name: s.name.clone(),
+                    usable: st.up && st.lag <= sb.max_lag && st.replayed >= written,
+                    up: st.up,
+                    lag_ms: u64::try_from(st.lag.as_millis()).unwrap_or(u64::MAX),
+                    searches: s.searches.load(Ordering::Relaxed),
+                }
+            })
+            .collect()
+    }
+}
