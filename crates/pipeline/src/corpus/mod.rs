@@ -263,9 +263,18 @@ impl Corpus {
     /// saying what the database lacks ([`StoreError::Unsupported`]).
     /// `ef_search`: HNSW candidates a dense search keeps at least.
     pub async fn with_database_engine(mut self, ef_search: usize) -> Result<Self, CorpusError> {
-        self.store
+        let filled = self
+            .store
             .enable_database_search(self.embedder.dim())
             .await?;
+        tracing::info!(
+            words = match self.store.lexical_ranking() {
+                Some(ragtime_store::Lexical::Bm25) => "BM25 (pg_textsearch)",
+                _ => "ts_rank (no pg_textsearch in the database)",
+            },
+            filled_in = filled,
+            "searching inside PostgreSQL"
+        );
         self.engine = Arc::new(database::Database::new(self.shared.clone(), ef_search));
         Ok(self)
     }
