@@ -25,6 +25,9 @@
 //!   PostgreSQL database, and its search latency meanwhile (not part of
 //!   `all`).
 //!
+//! - `pgscale`: the database engine on copies of SciFact (see
+//!   `pg_scale`; needs `BENCH_DATABASE_URL`; not part of `all`).
+//!
 //! - `startup`: time to ready, RSS and a first search with one collection
 //!   of 100k and of 1M chunks (`BENCH_STARTUP_CHUNKS`; not part of `all`).
 //!
@@ -51,6 +54,7 @@ mod flood;
 mod follow_bench;
 mod fusion_bench;
 mod load;
+mod pg_scale;
 mod rerank_bench;
 mod scaling;
 mod stats;
@@ -140,6 +144,10 @@ async fn main() {
     }
     if what == "startup" {
         scaling::startup().await;
+        return;
+    }
+    if what == "pgscale" {
+        pg_scale::pg_scale().await;
         return;
     }
     if what == "answers" {

@@ -1,0 +1,267 @@
+//! `pgscale`: the database engine at a larger size. From a database
+//! where `scifact` was ingested with `BENCH_ENGINE=postgres` (the
+//! `scifact` run), makes collection `scifact-xN` of `BENCH_COPIES` (6)
+//! copies of its documents, each chunk's vector perturbed by up to ±0.01
+//! per component (vectors that cluster as real embeddings do) and each
+//! document with a `bucket` (0–99) for filters, then prints: the HNSW
+//! index's build time, dense recall@10 against an exact scan (unfiltered,
+//! 10 % and 1 % filters) through the engine's own search, and dense and
+//! lexical latency at one and four concurrent clients.
+
+use crate::env_usize;
+use crate::stats::pct;
+use ragtime_core::Filter;
+use ragtime_store::{SearchLimits, Store};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const LIMITS: SearchLimits = SearchLimits {
+    timeout: Some(Duration::from_secs(30)),
+    ef_search: ragtime_pipeline::corpus::DEFAULT_EF_SEARCH,
+};
+
+pub async fn pg_scale() {
+    let url = std::env::var("BENCH_DATABASE_URL")
+        .expect("pgscale needs BENCH_DATABASE_URL (a database where `scifact` ran with BENCH_ENGINE=postgres)");
+    let copies = env_usize("BENCH_COPIES", 6);
+    let store = Store::open(&url).await.expect("store");
+    store
+        .enable_database_search(384)
+        .await
+        .expect("the database engine");
+    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+    let source = store
+        .collection_id("scifact")
+        .await
+        .expect("lookup")
+        .expect("run `scifact` with BENCH_ENGINE=postgres on this database first");
+    let name = format!("scifact-x{copies}");
+    let big = match store.collection_id(&name).await.expect("lookup") {
+        Some(id) => id,
+        None => make_copies(&store, &pool, source, &name, copies).await,
+    };
+    let (docs, chunks): (i64, i64) = sqlx::query_as(
+        "SELECT count(DISTINCT d.id), count(*) FROM chunks c JOIN documents d ON d.id = c.document_id WHERE d.collection_id = $1",
+    )
+    .bind(big)
+    .fetch_one(&pool)
+    .await
+    .expect("count");
+    println!("\n## the database engine at {chunks} chunks ({docs} documents, collection {name})");
+    // Queries: chunk vectors of the source collection.
+    let queries: Vec<Vec<f32>> = store
+        .index_chunks_in(source)
+        .await
+        .expect("chunks")
+        .into_iter()
+        .step_by(97)
+        .take(100)
+        .map(|c| c.embedding)
+        .collect();
+    let filters = [
+        ("unfiltered", serde_json::Value::Null),
+        ("10 % filter", serde_json::json!({"bucket": {"$lt": 10}})),
+        ("1 % filter", serde_json::json!({"bucket": 3})),
+    ];
+    for (label, f) in &filters {
+        let filter = Filter::parse(f, "filter").expect("filter");
+        let mut recall = 0.0;
+        for q in &queries {
+            let found = store
+                .dense_search(big, q, 10, &filter, LIMITS)
+                .await
+                .expect("dense");
+            let exact = exact_ids(&pool, big, q, f).await;
+            let hit = found
+                .iter()
+                .filter(|c| exact.contains(&c.chunk.chunk_id))
+                .count();
+            recall += hit as f64 / exact.len().max(1) as f64;
+        }
+        println!(
+            "dense recall@10 against an exact scan, {label}: {:.3}",
+            recall / queries.len() as f64
+        );
+    }
+    let store = Arc::new(store);
+    let queries = Arc::new(queries);
+    for (label, f) in [&filters[0], &filters[2]] {
+        let filter = Arc::new(Filter::parse(f, "filter").expect("filter"));
+        for clients in [1, 4] {
+            let (s, q, fl) = (store.clone(), queries.clone(), filter.clone());
+            let (mut times, qps) = concurrently(clients, 200, move |i| {
+                let (s, q, fl) = (s.clone(), q.clone(), fl.clone());
+                async move {
+                    let v = &q[i % q.len()];
+                    s.dense_search(big, v, 10, &fl, LIMITS)
+                        .await
+                        .expect("dense");
+                }
+            })
+            .await;
+            println!(
+                "dense, {label}, {clients} client(s): p50 {:.1} ms  p99 {:.1} ms  {qps:.0} queries/s",
+                pct(&mut times, 50.0),
+                pct(&mut times, 99.0)
+            );
+        }
+    }
+    let words = Arc::new(query_texts());
+    for clients in [1, 4] {
+        let (s, w) = (store.clone(), words.clone());
+        let (mut times, qps) = concurrently(clients, 60, move |i| {
+            let (s, w) = (s.clone(), w.clone());
+            async move {
+                let text = &w[i % w.len()];
+                s.lexical_documents(big, text, 100, &Filter::All, None, LIMITS)
+                    .await
+                    .expect("lexical");
+            }
+        })
+        .await;
+        println!(
+            "lexical ({:?}), top 100 documents, {clients} client(s): p50 {:.1} ms  p99 {:.1} ms  {qps:.0} queries/s",
+            store.lexical_ranking().expect("enabled"),
+            pct(&mut times, 50.0),
+            pct(&mut times, 99.0)
+        );
+    }
+}
+
+/// Copies the source collection's documents `copies` times (vectors
+/// perturbed, a `bucket` each), and rebuilds the HNSW index (timed).
+async fn make_copies(
+    store: &Store,
+    pool: &sqlx::PgPool,
+    source: i64,
+    name: &str,
+    copies: usize,
+) -> i64 {
+    let big = store.ensure_collection(name).await.expect("collection");
+    let t = Instant::now();
+    let steps = [
+        "DROP INDEX IF EXISTS chunks_dense_hnsw".to_owned(),
+        format!(
+            "CREATE TEMP TABLE docmap AS SELECT d.id AS old_id, k, nextval('documents_id_seq') AS new_id, d.external_id, d.title \
+             FROM documents d, generate_series(0, {}) k WHERE d.collection_id = {source}",
+            copies - 1
+        ),
+        format!(
+            "INSERT INTO documents (id, collection_id, external_id, title, metadata, content_hash, updated_ms) \
+             SELECT new_id, {big}, external_id || '#' || k, title, json_build_object('bucket', (old_id * 7 + k * 13) % 100)::text, 'copy', 0 FROM docmap"
+        ),
+        "INSERT INTO chunks (document_id, position, section, text, tokens, embedding, dense) \
+         SELECT m.new_id, c.position, c.section, c.text, c.tokens, ''::bytea, \
+         (SELECT array_agg(x + (random()::real - 0.5) * 0.02 ORDER BY i) FROM unnest(c.dense::real[]) WITH ORDINALITY u(x, i))::halfvec \
+         FROM docmap m JOIN chunks c ON c.document_id = m.old_id"
+            .to_owned(),
+        format!(
+            "UPDATE documents SET tsv = setweight(to_tsvector('english', title), 'A') || to_tsvector('english', b.words), \
+             body = CASE WHEN to_regclass('documents_bm25') IS NULL THEN NULL ELSE title || ' ' || b.words END \
+             FROM (SELECT d.id AS doc, COALESCE(string_agg(c.section || ' ' || c.text, ' ' ORDER BY c.position), '') AS words \
+                   FROM documents d JOIN chunks c ON c.document_id = d.id WHERE d.collection_id = {big} GROUP BY d.id) b \
+             WHERE documents.id = b.doc"
+        ),
+    ];
+    let mut conn = pool.acquire().await.expect("connection");
+    sqlx::query("ALTER TABLE documents ADD COLUMN IF NOT EXISTS body text")
+        .execute(&mut *conn)
+        .await
+        .expect("body");
+    for sql in steps {
+        sqlx::query(&sql)
+            .execute(&mut *conn)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    println!("\n## copies made in {:.1} s", t.elapsed().as_secs_f64());
+    let t = Instant::now();
+    sqlx::query("SET maintenance_work_mem = '1GB'")
+        .execute(&mut *conn)
+        .await
+        .expect("set");
+    sqlx::query(
+        "CREATE INDEX chunks_dense_hnsw ON chunks USING hnsw ((dense::halfvec(384)) halfvec_cosine_ops) WITH (m = 16, ef_construction = 64)",
+    )
+    .execute(&mut *conn)
+    .await
+    .expect("hnsw");
+    println!(
+        "HNSW index (m 16, ef_construction 64) built over every chunk in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    sqlx::query("ANALYZE")
+        .execute(&mut *conn)
+        .await
+        .expect("analyze");
+    big
+}
+
+/// The ten nearest chunks by an exact scan (the index off), with the
+/// filter written for this data directly.
+async fn exact_ids(pool: &sqlx::PgPool, coll: i64, q: &[f32], f: &serde_json::Value) -> Vec<i64> {
+    let cond = if f.is_null() {
+        "TRUE"
+    } else if f["bucket"].is_object() {
+        "(d.meta->>'bucket')::int < 10"
+    } else {
+        "(d.meta->>'bucket')::int = 3"
+    };
+    let mut tx = pool.begin().await.expect("begin");
+    sqlx::query("SET LOCAL enable_indexscan = off")
+        .execute(&mut *tx)
+        .await
+        .expect("set");
+    let ids: Vec<i64> = sqlx::query_scalar(&format!(
+        "SELECT c.id FROM chunks c JOIN documents d ON d.id = c.document_id \
+         WHERE d.collection_id = $2 AND {cond} ORDER BY c.dense::halfvec(384) <=> $1::halfvec(384) LIMIT 10"
+    ))
+    .bind(ragtime_store::search::vector_text(q))
+    .bind(coll)
+    .fetch_all(&mut *tx)
+    .await
+    .expect("exact");
+    tx.rollback().await.expect("rollback");
+    ids
+}
+
+/// `n` calls of `one(i)` spread over `clients` tasks: each call's time,
+/// and the calls per second over the whole run.
+async fn concurrently<F, Fut>(clients: usize, n: usize, one: F) -> (Vec<Duration>, f64)
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let one = Arc::new(one);
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|c| {
+            let one = one.clone();
+            tokio::spawn(async move {
+                let mut times = Vec::new();
+                for i in (c..n).step_by(clients) {
+                    let t = Instant::now();
+                    one(i).await;
+                    times.push(t.elapsed());
+                }
+                times
+            })
+        })
+        .collect();
+    let mut all = Vec::with_capacity(n);
+    for t in tasks {
+        all.extend(t.await.expect("client"));
+    }
+    let qps = all.len() as f64 / started.elapsed().as_secs_f64();
+    (all, qps)
+}
+
+/// SciFact's train questions, as lexical queries.
+fn query_texts() -> Vec<String> {
+    ragtime_testkit::scifact::load_scifact()
+        .queries
+        .into_iter()
+        .take(60)
+        .map(|(_, text)| text)
+        .collect()
+}
