@@ -228,8 +228,9 @@ impl Store {
         limits: Option<Limits<'_>>,
         job: Option<&JobStep>,
     ) -> Result<Vec<WriteReceipt>, StoreError> {
-        let in_database = self.searches_in_database();
+        // With the database engine: its document words, and its vectors.
         let document_words = self.document_text_sql();
+        let in_database = document_words.is_some();
         on_pool!(self, p => {
             let mut tx = p.begin_write().await?;
             if let Some(limits) = &limits {

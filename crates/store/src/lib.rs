@@ -204,7 +204,7 @@ pub struct Store {
     /// The vectors' dimension once the database engine's schema is
     /// enabled ([`Store::enable_database_search`]): chunk writes then
     /// write its columns too. Shared by every clone.
-    search_dim: std::sync::Arc<std::sync::OnceLock<search::Schema>>,
+    search_schema: std::sync::Arc<std::sync::OnceLock<search::Schema>>,
     /// Hot standbys searches may read ([`Store::with_standbys`]).
     standbys: Option<std::sync::Arc<standbys::Standbys>>,
 }
@@ -213,7 +213,7 @@ impl Store {
     /// Opens the database at `url` (`sqlite://PATH` or `postgres://…`),
     /// creating a SQLite file if needed, and applies pending migrations.
     pub async fn open(url: &str) -> Result<Self, StoreError> {
-        let search_dim = std::sync::Arc::new(std::sync::OnceLock::new());
+        let search_schema = std::sync::Arc::new(std::sync::OnceLock::new());
         let pool = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let opts =
                 PgConnectOptions::from_str(url).map_err(|e| StoreError::Url(e.to_string()))?;
@@ -226,7 +226,7 @@ impl Store {
                 .run(&pool)
                 .await?;
             if let Some(schema) = search::enabled_schema(&pool).await? {
-                let _ = search_dim.set(schema);
+                let _ = search_schema.set(schema);
             }
             Pool::Postgres(pool)
         } else if url.starts_with("sqlite:") {
@@ -255,7 +255,7 @@ impl Store {
         };
         Ok(Self {
             pool,
-            search_dim,
+            search_schema,
             standbys: None,
         })
     }

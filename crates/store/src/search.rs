@@ -24,7 +24,8 @@
 //! the database (a store opened on it finds the schema), so a replica or
 //! `ragtime ingest` running the in-memory engine keeps them current too. Chunks stored
 //! before (a corpus that served the in-memory engine) are filled in from
-//! their stored embeddings by the same call.
+//! their stored embeddings by the same call, at every start; partial
+//! indexes over the rows that lack them make that look cheap when none do.
 //!
 //! Each search runs in a transaction of its own under a
 //! `statement_timeout` from its stage's deadline, so the database itself
@@ -159,7 +160,7 @@ impl Store {
     /// The statement that keeps a document's words current, when chunk
     /// writes also write the database engine's columns.
     pub(crate) fn document_text_sql(&self) -> Option<&'static str> {
-        self.search_dim.get().map(|s| match s.lexical {
+        self.search_schema.get().map(|s| match s.lexical {
             Lexical::Bm25 => DOCUMENT_TEXT_BM25,
             Lexical::TsRank => DOCUMENT_TSV,
         })
@@ -167,12 +168,12 @@ impl Store {
 
     /// Whether chunk writes also write the database engine's columns.
     pub fn searches_in_database(&self) -> bool {
-        self.search_dim.get().is_some()
+        self.search_schema.get().is_some()
     }
 
     /// How documents are ranked by their words, once enabled.
     pub fn lexical_ranking(&self) -> Option<Lexical> {
-        self.search_dim.get().map(|s| s.lexical)
+        self.search_schema.get().map(|s| s.lexical)
     }
 
     /// Makes the database engine's schema for vectors of `dim` dimensions
@@ -238,10 +239,16 @@ impl Store {
         }
         let lexical = bm25_if_available(&mut tx).await?;
         let indexes = [
-            format!("CREATE INDEX IF NOT EXISTS chunks_dense_hnsw ON chunks USING hnsw ((dense::halfvec({dim})) halfvec_cosine_ops) WITH (m = 16, ef_construction = 64)"),
+            format!(
+                "CREATE INDEX IF NOT EXISTS chunks_dense_hnsw ON chunks USING hnsw ((dense::halfvec({dim})) halfvec_cosine_ops) WITH (m = 16, ef_construction = 64)"
+            ),
             "CREATE INDEX IF NOT EXISTS chunks_tsv ON chunks USING gin (tsv)".into(),
             "CREATE INDEX IF NOT EXISTS documents_tsv ON documents USING gin (tsv)".into(),
-            "CREATE INDEX IF NOT EXISTS documents_meta ON documents USING gin (meta jsonb_path_ops)".into(),
+            // What a start fills in, found without reading every row.
+            "CREATE INDEX IF NOT EXISTS chunks_without_dense ON chunks (id) WHERE dense IS NULL"
+                .into(),
+            "CREATE INDEX IF NOT EXISTS documents_without_tsv ON documents (id) WHERE tsv IS NULL"
+                .into(),
         ];
         for sql in indexes {
             sqlx::query(&sql).execute(&mut *tx).await?;
@@ -255,7 +262,7 @@ impl Store {
             .await?;
         }
         tx.commit().await?;
-        let _ = self.search_dim.set(Schema { dim, lexical });
+        let _ = self.search_schema.set(Schema { dim, lexical });
         Ok(filled)
     }
 
@@ -449,7 +456,7 @@ impl Store {
 
     /// The PostgreSQL pool and the vectors' dimension, once enabled.
     fn search_pool(&self) -> Result<(&sqlx::PgPool, usize), StoreError> {
-        match (&self.pool, self.search_dim.get()) {
+        match (&self.pool, self.search_schema.get()) {
             (Pool::Postgres(p), Some(schema)) => Ok((p, schema.dim)),
             _ => Err(StoreError::Url(
                 "searching in the database needs enable_database_search first".into(),
@@ -625,9 +632,12 @@ async fn bm25_if_available(
             .await?;
         return Ok(Lexical::TsRank);
     }
-    sqlx::query("ALTER TABLE documents ADD COLUMN IF NOT EXISTS body text")
-        .execute(&mut **tx)
-        .await?;
+    for sql in [
+        "ALTER TABLE documents ADD COLUMN IF NOT EXISTS body text",
+        "CREATE INDEX IF NOT EXISTS documents_without_body ON documents (id) WHERE body IS NULL",
+    ] {
+        sqlx::query(sql).execute(&mut **tx).await?;
+    }
     Ok(Lexical::Bm25)
 }
 

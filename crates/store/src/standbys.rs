@@ -88,13 +88,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Standbys {
-    /// The standby a search should read, if any may serve it.
-    fn pick(&self) -> Option<&Standby> {
-        let written = self.written.load(Ordering::Acquire);
-        self.list.iter().find(|s| {
-            let st = *lock(&s.state);
-            st.up && st.lag <= self.max_lag && st.replayed >= written
-        })
+    /// Whether standby `s` may serve a search now: it answered the last
+    /// probe, is within the lag and has this process's last write.
+    fn usable(&self, s: &Standby) -> bool {
+        let st = *lock(&s.state);
+        st.up && st.lag <= self.max_lag && st.replayed >= self.written.load(Ordering::Acquire)
     }
 }
 
@@ -210,9 +208,8 @@ impl Store {
     /// primary).
     pub(crate) fn read_pool(&self) -> Option<(&PgPool, usize)> {
         let sb = self.standbys.as_ref()?;
-        let s = sb.pick()?;
-        let i = sb.list.iter().position(|x| std::ptr::eq(x, s))?;
-        Some((&s.pool, i))
+        let i = sb.list.iter().position(|s| sb.usable(s))?;
+        Some((&sb.list[i].pool, i))
     }
 
     /// A search goes to standby `i`.
@@ -235,14 +232,13 @@ impl Store {
         let Some(sb) = &self.standbys else {
             return Vec::new();
         };
-        let written = sb.written.load(Ordering::Acquire);
         sb.list
             .iter()
             .map(|s| {
                 let st = *lock(&s.state);
                 StandbyStatus {
                     name: s.name.clone(),
-                    usable: st.up && st.lag <= sb.max_lag && st.replayed >= written,
+                    usable: sb.usable(s),
                     up: st.up,
                     lag_ms: u64::try_from(st.lag.as_millis()).unwrap_or(u64::MAX),
                     searches: s.searches.load(Ordering::Relaxed),
