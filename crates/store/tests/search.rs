@@ -533,6 +533,44 @@ async fn needs_pgvector_searches_read_a_standby_and_fail_over_to_the_primary() {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 
+    // The standby stops replaying while another process writes: once it
+    // is more than the allowed lag behind, it answers but is passed over.
+    let standby_admin = sqlx::PgPool::connect(&read_url).await.expect("standby");
+    sqlx::query("SELECT pg_wal_replay_pause()")
+        .execute(&standby_admin)
+        .await
+        .expect("pause");
+    let writer = Store::open(&url).await.expect("another process");
+    let d = doc("d5", &json!({}), "words", unit([1.0, 5.0, 0.0, 0.0]));
+    writer.upsert_document(c, &d).await.expect("upsert");
+    let t = Instant::now();
+    loop {
+        store.probe_standbys().await.expect("probe");
+        let s = &store.standbys()[0];
+        if !s.usable {
+            assert!(s.up && s.lag_ms > 1000, "{s:?}");
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "{s:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let sent = store.standbys()[0].searches;
+    let found = store
+        .dense_search(c, &q, 10, &Filter::All, LIMITS)
+        .await
+        .expect("dense");
+    assert_eq!(found.len(), 6, "the primary has the other's write");
+    assert_eq!(
+        store.standbys()[0].searches,
+        sent,
+        "not sent to the lagging standby"
+    );
+    sqlx::query("SELECT pg_wal_replay_resume()")
+        .execute(&standby_admin)
+        .await
+        .expect("resume");
+    standby_admin.close().await;
+
     // The standby stops: searches go on, on the primary.
     standby.stop();
     for _ in 0..3 {
@@ -540,7 +578,7 @@ async fn needs_pgvector_searches_read_a_standby_and_fail_over_to_the_primary() {
             .dense_search(c, &q, 10, &Filter::All, LIMITS)
             .await
             .expect("failed over");
-        assert_eq!(found.len(), 5);
+        assert_eq!(found.len(), 6);
     }
     store.probe_standbys().await.expect("probe");
     let s = &store.standbys()[0];
