@@ -6,7 +6,8 @@
 //! paused time.
 
 use crate::{
-    CachedAnswer, Cancel, Chunk, DocHit, Filter, GenEvent, GenRequest, Hit, Scope, StageError,
+    CachedAnswer, Cancel, Chunk, DocHit, Filter, FusionParams, GenEvent, GenRequest, Hit, Scope,
+    StageError,
 };
 use async_trait::async_trait;
 use futures_core::stream::BoxStream;
@@ -62,6 +63,13 @@ pub trait Retriever: Send + Sync {
     ) -> Result<Vec<DocHit>, StageError>;
     /// A chunk by id, while it is indexed.
     fn chunk(&self, id: i64) -> Option<Arc<Chunk>>;
+    /// How this retriever's two rankings fuse best, where that differs
+    /// from the pipeline's default: the weights of a convex fusion are
+    /// fitted to the scale of each side's scores, and an engine whose
+    /// lexical scores come from another ranking fits its own.
+    fn fusion(&self) -> Option<FusionParams> {
+        None
+    }
 }
 
 /// Scores (query, passage) pairs; scores compare within one query only.

@@ -58,7 +58,8 @@ pub struct SearchDeps<'a> {
 
 /// How the dense and lexical rankings of documents become one: chosen on
 /// the SciFact train queries (`ragtime-bench fusion`, table in
-/// docs/benchmarks.md).
+/// docs/benchmarks.md). A retriever whose scores have another scale says
+/// its own ([`Retriever::fusion`]).
 pub const FUSION: FusionParams = FusionParams {
     method: Fusion::Convex,
     dense_weight: 0.55,
@@ -157,7 +158,8 @@ pub async fn retrieve(
     vector: Option<Arc<Vec<f32>>>,
     top_k: usize,
 ) -> SearchOutcome {
-    retrieve_with(budget, retriever, req, vector, top_k, &FUSION).await
+    let fusion = retriever.fusion().unwrap_or(FUSION);
+    retrieve_with(budget, retriever, req, vector, top_k, &fusion).await
 }
 
 /// [`retrieve`] with another fusion (benchmarks compare them).

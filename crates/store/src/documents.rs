@@ -4,6 +4,7 @@
 
 use crate::collections::{Limits, usage_of, usage_query};
 use crate::jobs::JobStep;
+use crate::standbys::Read;
 use crate::{BeginWrite, WriteLocks};
 use crate::{Pool, Store, StoreError, now_ms};
 
@@ -141,6 +142,8 @@ const INSERT_CHUNK_DENSE: &str = "INSERT INTO chunks (document_id, position, sec
      VALUES ($1, $2, $3, $4, $5, $6, $7::halfvec) RETURNING id";
 
 type DocRow = (i64, String, String, String, String, i64);
+/// A chunk as a document read returns it: id, position, section, text, tokens.
+type ReadChunkRow = (i64, i32, String, String, i32);
 type IndexRow = (
     i64,
     i64,
@@ -440,13 +443,25 @@ impl Store {
     ) -> Result<Option<DocumentRecord>, StoreError> {
         let q = "SELECT d.id, col.name, d.title, d.metadata, d.content_hash, d.updated_ms FROM documents d \
                  JOIN collections col ON col.id = d.collection_id WHERE d.collection_id = $1 AND d.external_id = $2";
-        let row: Option<DocRow> = on_pool!(self, p => sqlx::query_as(q).bind(collection_id).bind(external_id).fetch_optional(p).await?);
-        let Some((id, collection, title, metadata, content_hash, updated_ms)) = row else {
+        let q2 = "SELECT id, position, section, text, tokens FROM chunks WHERE document_id = $1 ORDER BY position";
+        let found: Option<(DocRow, Vec<ReadChunkRow>)> = on_read_pool!(self, Read::Document, p => {
+            let row: Option<DocRow> = sqlx::query_as(q)
+                .bind(collection_id)
+                .bind(external_id)
+                .fetch_optional(p)
+                .await?;
+            match row {
+                None => Ok(None),
+                Some(row) => {
+                    let chunks = sqlx::query_as(q2).bind(row.0).fetch_all(p).await?;
+                    Ok(Some((row, chunks)))
+                }
+            }
+        })?;
+        let Some(((id, collection, title, metadata, content_hash, updated_ms), chunks)) = found
+        else {
             return Ok(None);
         };
-        let q = "SELECT id, position, section, text, tokens FROM chunks WHERE document_id = $1 ORDER BY position";
-        let chunks: Vec<(i64, i32, String, String, i32)> =
-            on_pool!(self, p => sqlx::query_as(q).bind(id).fetch_all(p).await?);
         Ok(Some(DocumentRecord {
             id,
             collection,
@@ -481,9 +496,9 @@ impl Store {
                  (SELECT COUNT(*) FROM chunks c WHERE c.document_id = d.id) AS chunks \
                  FROM documents d WHERE d.collection_id = $1 AND d.external_id > $2 \
                  ORDER BY d.external_id LIMIT $3";
-        Ok(
-            on_pool!(self, p => sqlx::query_as(q).bind(collection_id).bind(after).bind(limit).fetch_all(p).await?),
-        )
+        on_read_pool!(self, Read::Document, p => {
+            Ok(sqlx::query_as(q).bind(collection_id).bind(after).bind(limit).fetch_all(p).await?)
+        })
     }
 
     /// One document's chunks as stored now, with their embeddings (none if

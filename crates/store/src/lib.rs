@@ -14,6 +14,23 @@ macro_rules! on_pool {
     };
 }
 
+/// As `on_pool!`, for a read a hot standby may serve: `$body` (a
+/// `Result`, `?` allowed) runs on a standby that may serve it
+/// ([`Store::on_standby`]: up, close enough, past this process's writes),
+/// and again on the primary when it fails there.
+macro_rules! on_read_pool {
+    ($self:expr, $what:expr, $p:ident => $body:expr) => {
+        match &$self.pool {
+            Pool::Sqlite($p) => async { $body }.await,
+            Pool::Postgres(primary) => {
+                $self
+                    .on_standby($what, primary, |$p| async move { $body })
+                    .await
+            }
+        }
+    };
+}
+
 /// Locks collection `$id`'s row in the write transaction `$tx` and
 /// evaluates to whether the collection exists. Every write into a
 /// collection takes it first: writes into one collection take turns (and so

@@ -1,7 +1,7 @@
 //! Hot standbys for reads (`database.read_urls`): the database engine's
-//! searches go to a streaming standby of the primary, so read throughput
-//! grows with standbys while writes and the change log stay on the
-//! primary.
+//! searches and the API's document reads go to a streaming standby of the
+//! primary, so read throughput grows with standbys while writes and the
+//! change log stay on the primary.
 //!
 //! A standby is used only while it is close enough and has what this
 //! process wrote:
@@ -15,8 +15,9 @@
 //! - Read your writes: after each write this process commits, the store
 //!   notes the primary's WAL position; a search reads a standby only once
 //!   its replay position (as last probed) has passed it, and the primary
-//!   before that.
-//! - A search that fails on a standby for any reason but its own deadline
+//!   before that. A document read is a read like a search: a client that
+//!   has just written reads what it wrote.
+//! - A read that fails on a standby for any reason but its own deadline
 //!   is run again on the primary (no error reaches the user), and the
 //!   standby is skipped until the next probe finds it answering.
 
@@ -37,6 +38,8 @@ pub(crate) struct Standby {
     state: Mutex<State>,
     /// Searches sent to it.
     searches: AtomicU64,
+    /// Document reads sent to it.
+    document_reads: AtomicU64,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -58,6 +61,16 @@ pub struct StandbyStatus {
     pub lag_ms: u64,
     /// Searches sent to it since start.
     pub searches: u64,
+    /// Document reads (a document, a page of a collection's documents)
+    /// sent to it since start.
+    pub document_reads: u64,
+}
+
+/// What a read sent to a standby is, for its statistics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Read {
+    Search,
+    Document,
 }
 
 /// The standbys of a store, and what it needs to choose one.
@@ -123,6 +136,7 @@ impl Store {
                 name: crate::redact(url),
                 state: Mutex::default(),
                 searches: AtomicU64::new(0),
+                document_reads: AtomicU64::new(0),
             });
         }
         self.standbys = Some(Arc::new(Standbys {
@@ -204,27 +218,39 @@ impl Store {
         Ok(())
     }
 
-    /// The pool a search reads, and the standby it is (`None`: the
-    /// primary).
-    pub(crate) fn read_pool(&self) -> Option<(&PgPool, usize)> {
+    /// The standby a read may go to now, if any.
+    fn read_pool(&self) -> Option<(&PgPool, &Standby)> {
         let sb = self.standbys.as_ref()?;
-        let i = sb.list.iter().position(|s| sb.usable(s))?;
-        Some((&sb.list[i].pool, i))
+        let s = sb.list.iter().find(|s| sb.usable(s))?;
+        Some((&s.pool, s))
     }
 
-    /// A search goes to standby `i`.
-    pub(crate) fn standby_used(&self, i: usize) {
-        if let Some(s) = self.standbys.as_ref().and_then(|sb| sb.list.get(i)) {
-            s.searches.fetch_add(1, Ordering::Relaxed);
+    /// Runs `read` on a standby that may serve it, else (or when it fails
+    /// there for any reason but its deadline) on `primary`.
+    pub(crate) async fn on_standby<'p, T, Fut>(
+        &'p self,
+        what: Read,
+        primary: &'p PgPool,
+        read: impl Fn(&'p PgPool) -> Fut,
+    ) -> Result<T, StoreError>
+    where
+        Fut: std::future::Future<Output = Result<T, StoreError>>,
+    {
+        if let Some((standby, s)) = self.read_pool() {
+            let counter = match what {
+                Read::Search => &s.searches,
+                Read::Document => &s.document_reads,
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+            match read(standby).await {
+                Err(e) if !e.is_query_cancelled() => {
+                    tracing::warn!(standby = %s.name, error = %e, "a read failed on a standby; reading the primary");
+                    lock(&s.state).up = false;
+                }
+                done => return done,
+            }
         }
-    }
-
-    /// A search on standby `i` failed: skip it until a probe finds it well.
-    pub(crate) fn standby_failed(&self, i: usize, error: &StoreError) {
-        if let Some(s) = self.standbys.as_ref().and_then(|sb| sb.list.get(i)) {
-            tracing::warn!(standby = %s.name, error = %error, "a search failed on a standby; reading the primary");
-            lock(&s.state).up = false;
-        }
+        read(primary).await
     }
 
     /// Each standby's state, in the order configured.
@@ -242,6 +268,7 @@ impl Store {
                     up: st.up,
                     lag_ms: u64::try_from(st.lag.as_millis()).unwrap_or(u64::MAX),
                     searches: s.searches.load(Ordering::Relaxed),
+                    document_reads: s.document_reads.load(Ordering::Relaxed),
                 }
             })
             .collect()

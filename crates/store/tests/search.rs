@@ -493,6 +493,8 @@ async fn needs_pgvector_searches_read_a_standby_and_fail_over_to_the_primary() {
             .await
             .expect("dense");
         assert_eq!(found.len(), i + 1, "the write just made is found");
+        let read = store.get_document(c, &format!("d{i}")).await.expect("read");
+        assert!(read.is_some(), "the document just written is read back");
     }
     // Once a probe has seen the standby replay it all, it serves.
     let t = Instant::now();
@@ -522,6 +524,12 @@ async fn needs_pgvector_searches_read_a_standby_and_fail_over_to_the_primary() {
         assert_eq!(docs.len(), 5);
     }
     assert_eq!(store.standbys()[0].searches, 20, "sent to the standby");
+    // Document reads go there too.
+    let read = store.get_document(c, "d3").await.expect("read");
+    assert_eq!(read.map(|d| d.chunks.len()), Some(1));
+    let page = store.list_documents(c, "", 10).await.expect("list");
+    assert_eq!(page.len(), 5);
+    assert_eq!(store.standbys()[0].document_reads, 2, "read on the standby");
     // Its own statistics count them (a backend reports them once idle
     // for a while: up to about 10 s).
     let t = Instant::now();
@@ -560,9 +568,14 @@ async fn needs_pgvector_searches_read_a_standby_and_fail_over_to_the_primary() {
         .await
         .expect("dense");
     assert_eq!(found.len(), 6, "the primary has the other's write");
+    let read = store.get_document(c, "d5").await.expect("read");
+    assert!(read.is_some(), "the primary has the other's document");
     assert_eq!(
-        store.standbys()[0].searches,
-        sent,
+        (
+            store.standbys()[0].searches,
+            store.standbys()[0].document_reads
+        ),
+        (sent, 2),
         "not sent to the lagging standby"
     );
     sqlx::query("SELECT pg_wal_replay_resume()")
@@ -579,6 +592,8 @@ async fn needs_pgvector_searches_read_a_standby_and_fail_over_to_the_primary() {
             .await
             .expect("failed over");
         assert_eq!(found.len(), 6);
+        let page = store.list_documents(c, "", 10).await.expect("failed over");
+        assert_eq!(page.len(), 6);
     }
     store.probe_standbys().await.expect("probe");
     let s = &store.standbys()[0];

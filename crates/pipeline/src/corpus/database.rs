@@ -19,7 +19,7 @@ use super::engine::{Change, EngineStatus, IndexEngine};
 use super::follower::Lag;
 use super::{CorpusError, Shared};
 use async_trait::async_trait;
-use ragtime_core::{Cancel, Chunk, DocHit, Filter, Hit, Retriever, StageError};
+use ragtime_core::{Cancel, Chunk, DocHit, Filter, FusionParams, Hit, Retriever, StageError};
 use ragtime_retrieve::in_document_score;
 use ragtime_store::{FoundChunk, SearchLimits, Store, StoreError};
 use std::collections::HashMap;
@@ -28,6 +28,15 @@ use std::time::{Duration, Instant};
 
 /// HNSW candidates a dense search keeps at least (`hnsw.ef_search`).
 pub const DEFAULT_EF_SEARCH: usize = 100;
+
+/// How the database engine's rankings fuse: its lexical scores are
+/// another BM25's (or `ts_rank`'s), so its fusion is chosen by its own
+/// measurement (`BENCH_ENGINE=postgres ragtime-bench fusion`: the grid
+/// on half the SciFact train queries, checked on the other half). With
+/// pg_textsearch the grid's best on the first half is the in-memory
+/// engine's fusion itself (nDCG@10 0.749 there, 0.713 on the unseen
+/// half; docs/scaling.md).
+pub const DATABASE_FUSION: FusionParams = crate::search::FUSION;
 
 pub struct Database {
     shared: Arc<Shared>,
@@ -246,6 +255,10 @@ impl Retriever for DatabaseRetriever {
             });
         }
         Ok(hits)
+    }
+
+    fn fusion(&self) -> Option<FusionParams> {
+        Some(DATABASE_FUSION)
     }
 
     fn chunk(&self, id: i64) -> Option<Arc<Chunk>> {

@@ -57,8 +57,8 @@ impl RetrievalConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct DatabaseConfig {
     /// `postgres://…` URLs of streaming standbys: the `postgres` engine's
-    /// searches read them while they keep up (writes stay on the
-    /// primary at `database_url`).
+    /// searches and the API's document reads go to them while they keep
+    /// up (writes stay on the primary at `database_url`).
     pub read_urls: Vec<Secret>,
     /// A standby further behind the primary than this is passed over for
     /// the primary until it catches up.

@@ -303,6 +303,8 @@ async fn needs_pgvector_searches_read_a_standby_and_survive_its_loss() {
     for _ in 0..5 {
         assert_eq!(find_ids(&app, "ATP", "hybrid", Value::Null).await, ["mito"]);
     }
+    let read = app.get("/v1/documents/mito?collection=papers").await;
+    assert_eq!(read.status(), 200, "a document read on the standby");
     let metrics = app.get("/metrics").await.text().await.expect("metrics");
     assert!(
         metrics.contains("ragtime_standby_usable{standby=\"0\"} 1"),
@@ -311,6 +313,8 @@ async fn needs_pgvector_searches_read_a_standby_and_survive_its_loss() {
     standby.stop();
     for _ in 0..5 {
         assert_eq!(find_ids(&app, "ATP", "hybrid", Value::Null).await, ["mito"]);
+        let read = app.get("/v1/documents/mito?collection=papers").await;
+        assert_eq!(read.status(), 200, "a document read fails over");
     }
     standby_is(&app, "up", false).await;
     let _ = app.shutdown().await;
