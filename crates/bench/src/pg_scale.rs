@@ -7,6 +7,7 @@
 //! index's build time, dense recall@10 against an exact scan (unfiltered,
 //! 10 % and 1 % filters) through the engine's own search, and dense,
 //! hybrid and lexical latency at one and four concurrent clients.
+//! `BENCH_RECALL_QUERIES` (100) sets how many queries measure recall.
 
 use crate::env_usize;
 use crate::stats::pct;
@@ -55,7 +56,7 @@ pub async fn pg_scale() {
         .expect("chunks")
         .into_iter()
         .step_by(97)
-        .take(100)
+        .take(env_usize("BENCH_RECALL_QUERIES", 100))
         .map(|c| c.embedding)
         .collect();
     let filters = [
@@ -200,7 +201,7 @@ async fn make_copies(
     }
     println!("\n## copies made in {:.1} s", t.elapsed().as_secs_f64());
     let t = Instant::now();
-    sqlx::query("SET maintenance_work_mem = '1GB'")
+    sqlx::query("SET maintenance_work_mem = '3GB'")
         .execute(&mut *conn)
         .await
         .expect("set");
