@@ -45,9 +45,15 @@ struct Score {
     recall: f64,
 }
 
-fn score(qs: &[Query], names: &HashMap<i64, String>, rank: impl Fn(&Query) -> Vec<i64>) -> Score {
+fn score<'a>(
+    qs: impl IntoIterator<Item = &'a Query>,
+    names: &HashMap<i64, String>,
+    rank: impl Fn(&Query) -> Vec<i64>,
+) -> Score {
+    let mut n = 0usize;
     let (mut ndcg, mut recall) = (0.0, 0.0);
     for q in qs {
+        n += 1;
         let ranked: Vec<&str> = rank(q)
             .iter()
             .filter_map(|d| names.get(d).map(String::as_str))
@@ -60,11 +66,19 @@ fn score(qs: &[Query], names: &HashMap<i64, String>, rank: impl Fn(&Query) -> Ve
             .count();
         recall += found as f64 / q.relevant.len().max(1) as f64;
     }
-    let n = qs.len() as f64;
+    let n = n as f64;
     Score {
         ndcg: ndcg / n,
         recall: recall / n,
     }
+}
+
+/// A query's documents in fused order: its dense chunks by document and
+/// its BM25 document list `list`, each `p.depth` deep.
+fn fused(q: &Query, list: usize, p: &FusionParams) -> Vec<i64> {
+    let dense = by_document(&q.dense, p.depth);
+    let lexical: Vec<(i64, f32)> = q.documents[list].iter().take(p.depth).copied().collect();
+    ids(&fuse(&dense, &lexical, p))
 }
 
 fn ids(l: &[(i64, f32)]) -> Vec<i64> {
@@ -174,13 +188,12 @@ pub async fn fusion(rag: &Rag, data: &SciFact) {
     println!("|---|---:|---:|---:|---:|---:|");
     let run = |p: &FusionParams, lexical_chunks: bool| {
         score(&qs, &names, |q| {
-            let dense = by_document(&q.dense, p.depth);
-            let lexical: Vec<(i64, f32)> = if lexical_chunks {
-                by_document(&q.chunks, p.depth)
+            if lexical_chunks {
+                let dense = by_document(&q.dense, p.depth);
+                ids(&fuse(&dense, &by_document(&q.chunks, p.depth), p))
             } else {
-                q.documents[bi].iter().take(p.depth).copied().collect()
-            };
-            ids(&fuse(&dense, &lexical, p))
+                fused(q, bi, p)
+            }
         })
     };
     let mut best: (f64, String) = (0.0, String::new());
@@ -289,18 +302,8 @@ async fn engine_fusion(rag: &Rag, data: &SciFact) {
             documents: vec![documents],
         });
     }
-    let run = |qs: &[&Query], p: &FusionParams| {
-        let owned: Vec<Query> = qs
-            .iter()
-            .map(|q| Query {
-                relevant: q.relevant.clone(),
-                dense: by_document(&q.dense, p.depth),
-                chunks: Vec::new(),
-                documents: vec![q.documents[0].iter().take(p.depth).copied().collect()],
-            })
-            .collect();
-        score(&owned, &names, |q| ids(&fuse(&q.dense, &q.documents[0], p)))
-    };
+    let run =
+        |qs: &[&Query], p: &FusionParams| score(qs.iter().copied(), &names, |q| fused(q, 0, p));
     let fit: Vec<&Query> = qs.iter().step_by(2).collect();
     let unseen: Vec<&Query> = qs.iter().skip(1).step_by(2).collect();
     let all: Vec<&Query> = qs.iter().collect();

@@ -18,6 +18,17 @@ fn unit(v: [f32; 4]) -> Vec<f32> {
     v.iter().map(|x| x / n).collect()
 }
 
+/// Document `d{i}`: the word "words", its vector further from [1, 0, 0, 0]
+/// the larger `i`.
+fn numbered(i: usize) -> NewDocument {
+    doc(
+        &format!("d{i}"),
+        &json!({}),
+        "words",
+        unit([1.0, i as f32, 0.0, 0.0]),
+    )
+}
+
 fn doc(id: &str, metadata: &Value, text: &str, vector: Vec<f32>) -> NewDocument {
     NewDocument {
         external_id: id.into(),
@@ -256,13 +267,10 @@ async fn needs_pgvector_an_existing_corpus_is_filled_in_and_the_dimension_is_kep
     let (store, url) = pgvector_store(&server, "ragtime_fill").await;
     let c = store.ensure_collection("c").await.expect("c");
     for i in 0..3 {
-        let d = doc(
-            &format!("d{i}"),
-            &json!({}),
-            "words",
-            unit([1.0, i as f32, 0.0, 0.0]),
-        );
-        store.upsert_document(c, &d).await.expect("upsert");
+        store
+            .upsert_document(c, &numbered(i))
+            .await
+            .expect("upsert");
     }
     assert_eq!(store.enable_database_search(4).await.expect("enable"), 3);
     assert_eq!(store.enable_database_search(4).await.expect("again"), 0);
@@ -480,13 +488,10 @@ async fn needs_pgvector_searches_read_a_standby_and_fail_over_to_the_primary() {
     };
     let q = unit([1.0, 0.0, 0.0, 0.0]);
     for i in 0..5 {
-        let d = doc(
-            &format!("d{i}"),
-            &json!({}),
-            "words",
-            unit([1.0, i as f32, 0.0, 0.0]),
-        );
-        store.upsert_document(c, &d).await.expect("upsert");
+        store
+            .upsert_document(c, &numbered(i))
+            .await
+            .expect("upsert");
         // Read your writes: found at once, whoever serves it.
         let found = store
             .dense_search(c, &q, 10, &Filter::All, LIMITS)
