@@ -60,9 +60,15 @@ class Request:
 class Job:
     """A request as the engine sees it."""
 
-    def __init__(self, rid, ids, max_new):
+    def __init__(self, rid, ids, max_new, arrived):
         self.rid, self.ids, self.max_new = rid, ids, max_new
         self.cancelled = False
+        self.arrived = arrived  # perf_counter is CLOCK_MONOTONIC: one clock for both processes
+        # What the engine saw of this request, sent back with its last
+        # token: the wait for a prefill, the prefill's own time, and how
+        # many requests shared the engine (at its prefill, and per decode
+        # step on average).
+        self.meta = {"queue_ms": 0.0, "prefill_ms": 0.0, "live_at_prefill": 0, "live_sum": 0, "steps": 0}
 
 
 class Group:
@@ -168,9 +174,22 @@ class Engine:
             self.jobs = {k: v for k, v in self.jobs.items() if k in live}
 
     def prefill(self, batch) -> Group:
+        t = time.perf_counter()
+        live = sum(len(g.reqs) for g in self.groups)
+        for r in batch:
+            r.meta["queue_ms"] = (t - r.arrived) * 1000
+            r.meta["live_at_prefill"] = live
         if self.cpu_check:
             time.sleep(0.0002 * max(len(r.ids) for r in batch))
-            return Group(batch, None, None, None)
+            group = Group(batch, None, None, None)
+        else:
+            group = self._prefill(batch)
+            torch.cuda.synchronize()
+        for r in batch:
+            r.meta["prefill_ms"] = (time.perf_counter() - t) * 1000
+        return group
+
+    def _prefill(self, batch) -> Group:
         width = max(len(r.ids) for r in batch)
         ids = torch.zeros((len(batch), width), dtype=torch.long, device="cuda")
         mask = torch.zeros((len(batch), width), dtype=torch.long, device="cuda")
@@ -188,11 +207,15 @@ class Engine:
         else:
             tok = torch.multinomial(torch.softmax(g.logits, -1), 1)
             toks = tok.squeeze(1).tolist()  # waits for the GPU
+        live = sum(1 for h in self.groups for r in h.reqs if not r.cancelled and h.step < r.max_new)
         for i, r in enumerate(g.reqs):
             if r.cancelled or g.step >= r.max_new:
                 continue
+            r.meta["live_sum"] += live
+            r.meta["steps"] += 1
             self.sent.append((r.rid, toks[i]))
             if g.step + 1 == r.max_new:
+                self.sent.append((r.rid, dict(r.meta)))
                 self.sent.append((r.rid, None))
         g.step += 1
         if not g.live():
@@ -263,14 +286,17 @@ def app(a) -> web.Application:
         await resp.prepare(req)
         rid = "chatcmpl-" + uuid.uuid4().hex[:12]
         open_reqs[rid] = r
-        inq.put(("new", rid, ids, max_new))
-        n, first, last = 0, None, None
+        inq.put(("new", rid, ids, max_new, t0))
+        n, first, last, meta = 0, None, None, {}
         try:
             await resp.write(chunk(rid, a.model, {"role": "assistant"}))
             while True:
                 tok = await r.queue.get()
                 if isinstance(tok, Exception):
                     raise tok
+                if isinstance(tok, dict):
+                    meta = tok
+                    continue
                 if tok is None:
                     break
                 n += 1
@@ -294,6 +320,12 @@ def app(a) -> web.Application:
                     "tokens": n,
                     "prompt_tokens": len(ids),
                     "client": req.headers.get("user-agent", "").split("/")[0] or "ragtime",
+                    "body": {k: v for k, v in body.items() if k != "messages"},
+                    "at": time.time(),
+                    "engine_queue_ms": meta.get("queue_ms"),
+                    "engine_prefill_ms": meta.get("prefill_ms"),
+                    "engine_live_at_prefill": meta.get("live_at_prefill"),
+                    "engine_mean_live": meta.get("live_sum", 0) / max(meta.get("steps", 0), 1),
                 }
                 stats.write(json.dumps(line) + "\n")
                 stats.flush()

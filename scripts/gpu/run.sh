@@ -51,7 +51,7 @@ echo "ingest: $(( ($(date +%s%N) - t0) / 1000000 )) ms"
 # What runs on the CPUs while ragtime is asked (threads, busiest first).
 (sleep 8; top -b -H -n 1 -w 200 | head -30 > "$OUT/top.txt") &
 "$PY" scripts/gpu/ttft.py --queries .gpu/queries.jsonl --prompts "$W/prompts.jsonl" \
-  --levels "$LEVELS" --seconds "$SECONDS_PER_LEVEL" --out "$OUT/ttft.json" | tee "$OUT/table.md"
+  --levels "$LEVELS" --seconds "$SECONDS_PER_LEVEL" --novel --out "$OUT/ttft.json" | tee "$OUT/table.md"
 "$PY" scripts/gpu/summary.py "$OUT/backend-ttft.jsonl" | tee -a "$OUT/table.md"
 if command -v nvidia-smi > /dev/null; then
   nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader

@@ -86,6 +86,11 @@ async def level(a, path, conc, questions, prompts):
                         "max_tokens": a.max_tokens,
                         "messages": prompts[k % len(prompts)],
                     }
+                    if a.novel:
+                        extra = " ".join(f"w{k}x{j}" for j in range(1 + k % 97))
+                        last = dict(body["messages"][-1])
+                        last["content"] = (last.get("content") or "") + " " + extra
+                        body["messages"] = body["messages"][:-1] + [last]
                 try:
                     results.append(await stream(s, url, body))
                 except Exception as e:  # a broken request is a result too
@@ -132,6 +137,12 @@ async def main():
     p.add_argument("--prompts", required=True, help="the backend's --log")
     p.add_argument("--collection", default="scifact")
     p.add_argument("--levels", default="1,4,16,48")
+    p.add_argument("--only", choices=["ragtime", "direct"], help="one path, not both")
+    p.add_argument(
+        "--novel",
+        action="store_true",
+        help="direct: lengthen each replayed prompt by a few words, so that no prompt length repeats one the backend has seen",
+    )
     p.add_argument("--seconds", type=float, default=20)
     p.add_argument("--out", default="ttft.json")
     a = p.parse_args()
@@ -140,7 +151,7 @@ async def main():
     print("| path | clients | requests | req/s | model answers | TTFT p50 | p95 | p99 (ms) | before LLM (ms) | other outcomes |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for conc in [int(x) for x in a.levels.split(",")]:
-        for path in ("ragtime", "direct"):
+        for path in [a.only] if a.only else ["ragtime", "direct"]:
             prompts = [json.loads(l) for l in open(a.prompts)] if path == "direct" else []
             results, wall = await level(a, path, conc, questions, prompts)
             row = summary(path, conc, results, wall)
