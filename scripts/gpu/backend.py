@@ -325,7 +325,8 @@ def app(a) -> web.Application:
                     "engine_queue_ms": meta.get("queue_ms"),
                     "engine_prefill_ms": meta.get("prefill_ms"),
                     "engine_live_at_prefill": meta.get("live_at_prefill"),
-                    "engine_mean_live": meta.get("live_sum", 0) / max(meta.get("steps", 0), 1),
+                    # Only a request the engine finished reports its meta.
+                    "engine_mean_live": meta["live_sum"] / max(meta["steps"], 1) if meta else None,
                 }
                 stats.write(json.dumps(line) + "\n")
                 stats.flush()

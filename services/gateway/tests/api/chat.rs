@@ -20,6 +20,9 @@ async fn app_with(fake: &FakeLlm, real: bool) -> TestApp {
         c.budgets.rerank_ms = 0;
         c.budgets.llm_ttft_ms = 600;
         c.budgets.llm_generate_ms = 1200;
+        // The grounding check embeds the answer: 50 ms (the default) is
+        // not enough on two busy cores, and these tests read its verdict.
+        c.budgets.verify_ms = 300;
     });
     let app = if real { b.real_embeddings() } else { b }.spawn().await;
     app.ingest(json!({"documents": [
