@@ -468,33 +468,24 @@ impl Store {
     }
 }
 
-/// Where the documents table holds up to this many documents (all
-/// collections), BM25 scores exactly; above it, from the index's walk. The
-/// operator's cost per document grows with the index: ≈ 7 µs with
-/// SciFact's 5,183 documents alone (37 ms p50 for all of them), 0.3 ms
-/// for the same collection inside a table of 290,000 (0.5-1.2 s), where
-/// the walk costs the same for a collection that fills the table and
-/// walks past the others' documents for one that does not.
-const BM25_EXACT_UP_TO: usize = 10_000;
-
 /// The extension's bound on `pg_textsearch.default_limit`.
 const BM25_MAX_DEPTH: usize = 100_000;
 
 /// The `k` documents of the collection that BM25 ranks best for `query`
 /// among those passing `cond` (scores positive, best first).
 ///
-/// In a table of up to [`BM25_EXACT_UP_TO`] documents they are scored
-/// exactly (`bm25_exact`). In a larger one they are read from the index's
-/// walk with the scan's own scores (`bm25_get_current_score()`, the negated
-/// score of the row it just returned): 1 ms for a top 100 of SciFact, ≈ 25
-/// ms for a long question over 290,000 documents, where scoring the rows
-/// again with the `<@>` operator tokenizes each text again (35 ms for 100
-/// rows). The walk is not exact
-/// in pg_textsearch 0.6: once the index is written out in segments, its
-/// block-max walk leaves some documents under-scored (its issue 365, fixed
-/// in 1.2): SciFact lexical nDCG@10 0.620 against 0.668 exact, and scoring
-/// the walk's top 100 again by the operator brings back only 0.647 (the
-/// documents it dropped stay dropped). Sorting is switched off for the
+/// They are read from the index's walk with the scan's own scores
+/// (`bm25_get_current_score()`, the negated score of the row it just
+/// returned): 1 ms for a top 100 of SciFact, ≈ 25 ms for a long question
+/// over 290,000 documents, where scoring the rows again with the `<@>`
+/// operator tokenizes each text again (0.1–0.35 ms a document: 35 ms for
+/// 100 rows, 0.3–0.5 s for all of SciFact's candidates for one question).
+/// The walk is not exact in pg_textsearch 0.6: once the index is written
+/// out in segments, its block-max walk leaves some documents under-scored
+/// (its issue 365, fixed in 1.2): SciFact lexical nDCG@10 0.620 in
+/// segments against 0.650–0.668 while the documents were still in the
+/// index's memory, and scoring the walk's top 100 again by the operator
+/// brings back only 0.647 (the documents it dropped stay dropped). Sorting is switched off for the
 /// query so that the walk is the planner's only plan without a sort: the
 /// score is only defined on that plan.
 async fn bm25_documents(
@@ -511,15 +502,6 @@ async fn bm25_documents(
          ORDER BY d.body <@> to_bm25query($1, 'documents_bm25') LIMIT $3",
         cond.sql
     );
-    let limit_docs = i64::try_from(BM25_EXACT_UP_TO).unwrap_or(i64::MAX);
-    let small: bool =
-        sqlx::query_scalar("SELECT count(*) <= $1 FROM (SELECT 1 FROM documents LIMIT $1 + 1) s")
-            .bind(limit_docs)
-            .fetch_one(&mut **tx)
-            .await?;
-    if small {
-        return bm25_exact(tx, query, collection_id, limit, cond).await;
-    }
     // The index ranks this many before the conditions apply, and ranks
     // deeper by itself when too few of them pass; the first depth is what
     // a search costs (SciFact, 5,183 documents: 1 ms at 100, 46 ms at
@@ -549,9 +531,10 @@ async fn bm25_documents(
 }
 
 /// Every document of the collection with any of the words (the GIN index
-/// on `tsv`, a bitmap scan), each scored by the `<@>` operator: exact, at
-/// ≈ 7 µs a candidate. No index scan, so that the BM25 index cannot cut
-/// the candidates.
+/// on `tsv`, a bitmap scan), each scored by the `<@>` operator: exact, but
+/// at 0.1–0.35 ms a candidate, so only where the walk's rows cannot be
+/// trusted. No index scan, so that the BM25 index cannot cut the
+/// candidates.
 async fn bm25_exact(
     tx: &mut sqlx::Transaction<'static, Postgres>,
     query: &str,
