@@ -5,9 +5,10 @@ for the direct ones, in the order the phases ran."""
 import json
 import sys
 
-runs = []
+runs, bodies = [], {}
 for line in open(sys.argv[1]):
     r = json.loads(line)
+    bodies.setdefault(r["client"], set()).add(json.dumps(r.get("body"), sort_keys=True))
     if runs and runs[-1][0] == r["client"]:
         runs[-1][1].append(r)
     else:
@@ -16,22 +17,17 @@ print("| phase | client | requests | backend TTFT p50 / p95 (ms) | decode ms/tok
       "| engine: wait for prefill p50 (ms) | prefill p50 (ms) | requests open at prefill, mean | per decode step, mean |")
 print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 for i, (client, rs) in enumerate(runs):
+    # Engine figures come only with the requests the engine finished.
     def p(key, q):
-        v = sorted(x[key] for x in rs)
-        return v[min(len(v) - 1, int(q * len(v)))]
+        v = sorted(x[key] for x in rs if x.get(key) is not None)
+        return v[min(len(v) - 1, int(q * len(v)))] if v else float("nan")
+
     def mean(key):
         v = [x[key] for x in rs if x.get(key) is not None]
         return sum(v) / len(v) if v else float("nan")
 
-    def p50(key):
-        v = sorted(x[key] for x in rs if x.get(key) is not None)
-        return v[len(v) // 2] if v else float("nan")
-
     print(f"| {i} | {client} | {len(rs)} | {p('ttft_ms', .5):.0f} / {p('ttft_ms', .95):.0f} | "
-          f"{p('decode_ms_per_token', .5):.1f} | {p('prompt_tokens', .5)} | {p50('engine_queue_ms'):.1f} | "
-          f"{p50('engine_prefill_ms'):.1f} | {mean('engine_live_at_prefill'):.2f} | {mean('engine_mean_live'):.2f} |")
-bodies = {}
-for r in (json.loads(line) for line in open(sys.argv[1])):
-    bodies.setdefault(r["client"], set()).add(json.dumps(r.get("body"), sort_keys=True))
+          f"{p('decode_ms_per_token', .5):.1f} | {p('prompt_tokens', .5)} | {p('engine_queue_ms', .5):.1f} | "
+          f"{p('engine_prefill_ms', .5):.1f} | {mean('engine_live_at_prefill'):.2f} | {mean('engine_mean_live'):.2f} |")
 for client, b in bodies.items():
     print(f"{client} sent bodies (besides messages) like: {sorted(b)[:3]}")

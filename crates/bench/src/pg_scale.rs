@@ -73,10 +73,12 @@ pub async fn pg_scale() {
         .split(',')
         .map(|e| e.trim().parse().expect("BENCH_EF_SEARCHES: numbers"))
         .collect();
+    let store = Arc::new(store);
+    let queries = Arc::new(queries);
     let mut exact = Vec::new();
     for (_, f) in &filters {
         let mut per_query = Vec::new();
-        for q in &queries {
+        for q in queries.iter() {
             per_query.push(exact_nearest(&pool, big, q, f).await);
         }
         exact.push(per_query);
@@ -106,16 +108,8 @@ pub async fn pg_scale() {
             );
         }
         if efs.len() > 1 {
-            let (s, q) = (Arc::new(store.clone()), Arc::new(queries.clone()));
-            let (mut times, qps) = concurrently(4, 200, move |i| {
-                let (s, q) = (s.clone(), q.clone());
-                async move {
-                    s.dense_search(big, &q[i % q.len()], 10, &Filter::All, limits)
-                        .await
-                        .expect("dense");
-                }
-            })
-            .await;
+            let all = Arc::new(Filter::All);
+            let (mut times, qps) = dense_latency(&store, &queries, big, &all, 4, limits).await;
             println!(
                 "ef_search {ef}: dense, unfiltered, 4 clients: p50 {:.1} ms  p99 {:.1} ms  {qps:.0} queries/s",
                 pct(&mut times, 50.0),
@@ -123,22 +117,11 @@ pub async fn pg_scale() {
             );
         }
     }
-    let store = Arc::new(store);
-    let queries = Arc::new(queries);
     for (label, f) in [&filters[0], &filters[2]] {
         let filter = Arc::new(Filter::parse(f, "filter").expect("filter"));
         for clients in [1, 4] {
-            let (s, q, fl) = (store.clone(), queries.clone(), filter.clone());
-            let (mut times, qps) = concurrently(clients, 200, move |i| {
-                let (s, q, fl) = (s.clone(), q.clone(), fl.clone());
-                async move {
-                    let v = &q[i % q.len()];
-                    s.dense_search(big, v, 10, &fl, LIMITS)
-                        .await
-                        .expect("dense");
-                }
-            })
-            .await;
+            let (mut times, qps) =
+                dense_latency(&store, &queries, big, &filter, clients, LIMITS).await;
             println!(
                 "dense, {label}, {clients} client(s): p50 {:.1} ms  p99 {:.1} ms  {qps:.0} queries/s",
                 pct(&mut times, 50.0),
@@ -317,6 +300,28 @@ fn recall_at_10(found: &[ragtime_store::search::FoundChunk], exact: &[(i64, f64)
         .count();
     let n = exact.len() as f64;
     (by_id as f64 / n, within as f64 / n)
+}
+
+/// 200 dense top-10 searches of collection `coll` over `clients`
+/// concurrent clients: each search's time, and searches per second.
+async fn dense_latency(
+    store: &Arc<Store>,
+    queries: &Arc<Vec<Vec<f32>>>,
+    coll: i64,
+    filter: &Arc<Filter>,
+    clients: usize,
+    limits: SearchLimits,
+) -> (Vec<Duration>, f64) {
+    let (s, q, f) = (store.clone(), queries.clone(), filter.clone());
+    concurrently(clients, 200, move |i| {
+        let (s, q, f) = (s.clone(), q.clone(), f.clone());
+        async move {
+            s.dense_search(coll, &q[i % q.len()], 10, &f, limits)
+                .await
+                .expect("dense");
+        }
+    })
+    .await
 }
 
 /// `n` calls of `one(i)` spread over `clients` tasks: each call's time,

