@@ -348,6 +348,7 @@ pub async fn startup() {
     let empty = tempfile::tempdir().expect("tempdir");
     let (p, _) = start("empty", empty.path(), &llm.base_url, 1000, &http).await;
     let (_, base_rss) = status(p.child.id());
+    let base_anon = proc_status(p.child.id(), "RssAnon:") as f64 / 1024.0;
     drop(p);
     let mut rows = Vec::new();
     let mut notes = Vec::new();
@@ -364,6 +365,7 @@ pub async fn startup() {
         for from in starts {
             let (p, took) = start("big", &dir, &llm.base_url, 1000, &http).await;
             let (threads, rss) = status(p.child.id());
+            let anon = proc_status(p.child.id(), "RssAnon:") as f64 / 1024.0;
             let t = Instant::now();
             let first = search(&http, &p.base, "big").await;
             let searched = t.elapsed();
@@ -372,9 +374,10 @@ pub async fn startup() {
                 "{first}"
             );
             rows.push(format!(
-                "| {chunks} | {from} | {:.1} s | {rss:.0} MiB | {:.0} MiB | {threads} | {:.1} ms |",
+                "| {chunks} | {from} | {:.1} s | {rss:.0} MiB | {:.0} MiB | {:.0} MiB | {threads} | {:.1} ms |",
                 took.as_secs_f64(),
                 (rss - base_rss) * 100_000.0 / chunks as f64,
+                (anon - base_anon) * 100_000.0 / chunks as f64,
                 searched.as_secs_f64() * 1000.0
             ));
             if from == "store" {
@@ -400,13 +403,13 @@ pub async fn startup() {
     }
     println!("\n## Start-up with one large collection\n");
     println!(
-        "| chunks | loaded from | ready in | RSS | RSS per 100k chunks (over the empty process) | threads | first search |"
+        "| chunks | loaded from | ready in | RSS | RSS per 100k chunks (over the empty process) | RssAnon per 100k chunks (over the empty process) | threads | first search |"
     );
-    println!("|---:|---|---:|---:|---:|---:|---:|");
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|");
     for r in rows {
         println!("{r}");
     }
-    println!("\n(the empty process: {base_rss:.0} MiB)");
+    println!("\n(the empty process: {base_rss:.0} MiB, RssAnon {base_anon:.0} MiB)");
     for n in notes {
         println!("- {n}");
     }

@@ -1,4 +1,17 @@
-//! Filtered HNSW over unit vectors (dot product = cosine similarity).
+//! Filtered HNSW over unit vectors (dot product = cosine similarity),
+//! holding each vector once at full precision.
+//!
+//! The graph walks int8 copies of the vectors (a quarter of the memory,
+//! and a cheaper distance) and the candidates it returns are rescored
+//! exactly from the full-precision vectors, as Qdrant does with scalar
+//! quantization: the walk only has to bring the true neighbours into its
+//! candidate list, not order them. Exact scans (small collections, narrow
+//! filters) read the full-precision vectors directly.
+//!
+//! The full-precision vectors sit in one flat allocation (a slot per
+//! point) rather than a vector per point in a map: the graph's walk never
+//! reads them, so they are kept where a later step can move them out of
+//! the heap as one block.
 
 use crate::collection::Allowed;
 use crate::{Hit, IndexError};
@@ -8,8 +21,10 @@ use hnsw_rs::hnswio::HnswIo;
 use hnsw_rs::prelude::Hnsw;
 use ragtime_core::Cancel;
 use std::collections::{HashMap, HashSet};
+use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::sync::{Arc, PoisonError, RwLock};
+use tantivy::directory::{Advice, Directory, MmapDirectory, OwnedBytes};
 
 /// HNSW and filtered-search settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -17,7 +32,8 @@ pub struct DenseParams {
     /// Links per node (M).
     pub m: usize,
     pub ef_construction: usize,
-    /// Candidate list size for unfiltered searches.
+    /// Candidate list size for unfiltered searches; every candidate is
+    /// rescored at full precision.
     pub ef_search: usize,
     /// Allowed sets up to this size are scanned exactly ...
     pub exact_below: usize,
@@ -46,28 +62,250 @@ pub enum SearchPath {
     Cancelled,
 }
 
-/// Cosine distance for unit vectors: `1 − a·b`, clamped at 0 against
-/// rounding (hnsw_rs's own `DistDot` asserts on it).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct UnitCosine;
+/// A unit vector's components are quantized to int8 over
+/// `[-clip, clip]`, `clip = CLIP_SIGMAS / sqrt(dim)`: a unit vector's
+/// components have a standard deviation near `1/sqrt(dim)`, so the range
+/// spans that many of them and the rare larger component saturates. One
+/// scale for every vector of every collection (not one fitted to a
+/// collection's first batch, which a later batch may not resemble), so
+/// int8 dot products compare across points.
+pub const CLIP_SIGMAS: f32 = 6.0;
 
-impl Distance<f32> for UnitCosine {
-    fn eval(&self, a: &[f32], b: &[f32]) -> f32 {
-        (1.0 - dot(a, b)).max(0.0)
+fn clip_at(dim: usize, sigmas: f32) -> f32 {
+    (sigmas / (dim.max(1) as f32).sqrt()).min(1.0)
+}
+
+/// The int8 form of `v` the graph walks.
+pub fn quantize(v: &[f32]) -> Vec<i8> {
+    quantize_at(v, CLIP_SIGMAS)
+}
+
+/// `v` quantized over `[-c, c]`, `c = sigmas / sqrt(dim)` (how
+/// [`CLIP_SIGMAS`] was chosen: `ragtime-bench vectors`).
+pub fn quantize_at(v: &[f32], sigmas: f32) -> Vec<i8> {
+    let scale = 127.0 / clip_at(v.len(), sigmas);
+    v.iter()
+        .map(|x| (x * scale).round().clamp(-127.0, 127.0) as i8)
+        .collect()
+}
+
+/// The graph's distance between two int8 vectors: `1 − a·b / (127²·dim)`,
+/// in [0, 2]. Every quantized vector shares one scale, so this is an
+/// increasing function of the approximate cosine distance: it orders
+/// neighbours as the cosine does, which is all the walk needs (the hits'
+/// scores come from the full-precision vectors).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DotI8;
+
+impl Distance<i8> for DotI8 {
+    fn eval(&self, a: &[i8], b: &[i8]) -> f32 {
+        let full = (127 * 127) as f32 * a.len().max(1) as f32;
+        1.0 - dot_i8(a, b) as f32 / full
     }
 }
 
-type Graph = Hnsw<'static, f32, UnitCosine>;
+/// Integer dot product in sixteen independent lanes so it vectorises.
+pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
+    let mut acc = [0i32; 16];
+    let (ca, cb) = (a.chunks_exact(16), b.chunks_exact(16));
+    let tail: i32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| i32::from(*x) * i32::from(*y))
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for i in 0..16 {
+            acc[i] += i32::from(x[i]) * i32::from(y[i]);
+        }
+    }
+    acc.iter().sum::<i32>() + tail
+}
+
+type Graph = Hnsw<'static, i8, DotI8>;
 
 /// The base name of the graph's dump files.
 const DUMP: &str = "dense";
+/// The full-precision vectors' file beside the graph's dump.
+const VECTORS_FILE: &str = "dense.vectors";
+/// Its first bytes. Then the dimension and the count (u64 each), every
+/// point's id (u64), and every point's floats in the same order, all
+/// little-endian: the floats start 4-byte aligned, so a mapped file is read
+/// in place.
+const VECTORS_MAGIC: &[u8; 8] = b"RTVEC\x002\n";
+const HEADER: usize = 24;
+
+/// A slot number with this bit set is a point's place in the mapped file.
+const MAPPED: u32 = 1 << 31;
+
+/// The full-precision vectors: those of an opened index read in place from
+/// its memory-mapped file (the page cache holds them, not the heap), and
+/// those written since in one heap allocation of `dim`-float slots. A
+/// removed heap point's slot is reused by the next insert; a rewritten or
+/// removed mapped point just stops being referenced.
+struct Vectors {
+    dim: usize,
+    mapped: Option<OwnedBytes>,
+    data: Vec<f32>,
+    slots: HashMap<usize, u32>,
+    free: Vec<u32>,
+}
+
+impl Vectors {
+    fn new(dim: usize) -> Self {
+        Self {
+            dim,
+            mapped: None,
+            data: Vec::new(),
+            slots: HashMap::new(),
+            free: Vec::new(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    fn slot(&self, slot: u32) -> &[f32] {
+        if slot & MAPPED != 0 {
+            let map = self.mapped.as_ref().expect("a mapped slot has its map");
+            let count = (map.len() - HEADER) / (8 + 4 * self.dim);
+            let at = HEADER + 8 * count + (slot & !MAPPED) as usize * 4 * self.dim;
+            // Aligned: the map starts on a page, the floats at a multiple of
+            // 8 bytes (checked when opened).
+            bytemuck::cast_slice(&map.as_slice()[at..at + 4 * self.dim])
+        } else {
+            let at = slot as usize * self.dim;
+            &self.data[at..at + self.dim]
+        }
+    }
+
+    fn get(&self, id: usize) -> Option<&[f32]> {
+        self.slots.get(&id).map(|s| self.slot(*s))
+    }
+
+    fn insert(&mut self, id: usize, v: &[f32]) {
+        let slot = match self.slots.get(&id) {
+            Some(s) if s & MAPPED == 0 => *s,
+            _ => {
+                let s = self.free.pop().unwrap_or_else(|| {
+                    let s = (self.data.len() / self.dim) as u32;
+                    self.data.resize(self.data.len() + self.dim, 0.0);
+                    s
+                });
+                self.slots.insert(id, s);
+                s
+            }
+        };
+        let at = slot as usize * self.dim;
+        self.data[at..at + self.dim].copy_from_slice(v);
+    }
+
+    fn remove(&mut self, id: usize) -> bool {
+        match self.slots.remove(&id) {
+            Some(s) => {
+                if s & MAPPED == 0 {
+                    self.free.push(s);
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (usize, &[f32])> {
+        self.slots.iter().map(|(id, s)| (*id, self.slot(*s)))
+    }
+
+    /// Heap bytes held: the slots (free ones included) and the map.
+    fn bytes(&self) -> usize {
+        self.data.capacity() * 4 + self.slots.capacity() * 24 + self.free.capacity() * 4
+    }
+
+    /// Writes the file [`Vectors::open`] reads and flushes it to disk.
+    fn save(&self, path: &Path) -> Result<(), IndexError> {
+        let mut out = BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
+        out.write_all(VECTORS_MAGIC)?;
+        out.write_all(&(self.dim as u64).to_le_bytes())?;
+        out.write_all(&(self.len() as u64).to_le_bytes())?;
+        let mut ids: Vec<(usize, u32)> = self.slots.iter().map(|(id, s)| (*id, *s)).collect();
+        ids.sort_unstable();
+        for (id, _) in &ids {
+            out.write_all(&(*id as u64).to_le_bytes())?;
+        }
+        for (_, slot) in &ids {
+            for x in self.slot(*slot) {
+                out.write_all(&x.to_le_bytes())?;
+            }
+        }
+        out.into_inner()
+            .map_err(|e| IndexError::Io(e.into_error()))?
+            .sync_all()?;
+        Ok(())
+    }
+
+    /// The vectors [`Vectors::save`] wrote, mapped and read in place,
+    /// keeping the points `keep` accepts; an error for another dimension
+    /// or a file of the wrong length. The file must not change while
+    /// mapped: a saved index's files are written once and never rewritten
+    /// (a folder that is replaced is removed, and a removed file stays
+    /// readable while mapped).
+    fn open(path: &Path, dim: usize, keep: impl Fn(usize) -> bool) -> Result<Self, IndexError> {
+        let bad = |what: &str| IndexError::Snapshot(format!("{}: {what}", path.display()));
+        let (Some(folder), Some(name)) = (path.parent(), path.file_name()) else {
+            return Err(bad("not a file"));
+        };
+        // tantivy's memory-mapped directory: the map without unsafe code
+        // here (the workspace forbids it).
+        let folder = MmapDirectory::open_with_madvice(folder, Advice::Random)
+            .map_err(|e| bad(&e.to_string()))?;
+        let map = folder
+            .open_read(Path::new(name))
+            .map_err(|e| bad(&e.to_string()))?
+            .read_bytes()?;
+        if map.len() < HEADER || &map.as_slice()[..8] != VECTORS_MAGIC {
+            return Err(bad("not a vectors file"));
+        }
+        let word =
+            |at: usize| u64::from_le_bytes(map.as_slice()[at..at + 8].try_into().expect("8 bytes"));
+        if word(8) != dim as u64 {
+            return Err(bad(&format!(
+                "vectors of {} dimensions, the index has {dim}",
+                word(8)
+            )));
+        }
+        let count = word(16) as usize;
+        if count >= MAPPED as usize
+            || Some(map.len()) != count.checked_mul(8 + 4 * dim).map(|b| b + HEADER)
+        {
+            return Err(bad(&format!(
+                "{} bytes do not hold {count} vectors",
+                map.len()
+            )));
+        }
+        if cfg!(target_endian = "big")
+            || bytemuck::try_cast_slice::<u8, f32>(&map.as_slice()[HEADER + 8 * count..]).is_err()
+        {
+            return Err(bad("the floats cannot be read in place on this machine"));
+        }
+        let mut me = Self::new(dim);
+        for i in 0..count {
+            let id = word(HEADER + 8 * i) as usize;
+            if keep(id) && me.slots.insert(id, i as u32 | MAPPED).is_some() {
+                return Err(bad(&format!("point {id} is in the file twice")));
+            }
+        }
+        me.mapped = Some(map);
+        Ok(me)
+    }
+}
 
 pub struct Dense {
     dim: usize,
     params: DenseParams,
     /// Made at the first insert: an empty collection holds no graph.
     graph: RwLock<Option<Arc<Graph>>>,
-    vectors: RwLock<HashMap<usize, Vec<f32>>>,
+    vectors: RwLock<Vectors>,
     /// Points still in the graph whose chunks are gone.
     deleted: RwLock<HashSet<usize>>,
 }
@@ -80,8 +318,20 @@ fn new_graph(params: &DenseParams, capacity: usize) -> Graph {
         capacity.max(16),
         16,
         params.ef_construction,
-        UnitCosine,
+        DotI8,
     )
+}
+
+/// Inserts points into the graph: in parallel for a batch worth it.
+fn insert_all(graph: &Graph, items: &[(Vec<i8>, usize)]) {
+    if items.len() > 64 {
+        let refs: Vec<(&[i8], usize)> = items.iter().map(|(v, id)| (v.as_slice(), *id)).collect();
+        graph.parallel_insert_slice(&refs);
+    } else {
+        for (v, id) in items {
+            graph.insert_slice((v.as_slice(), *id));
+        }
+    }
 }
 
 /// Dot product in eight independent lanes so it vectorises.
@@ -122,26 +372,24 @@ impl Dense {
             dim,
             params,
             graph: RwLock::new(None),
-            vectors: RwLock::new(HashMap::new()),
+            vectors: RwLock::new(Vectors::new(dim)),
             deleted: RwLock::new(HashSet::new()),
         }
     }
 
-    /// An estimate of the memory the graph and the vectors hold: each
-    /// point's vector twice (the graph keeps its own copy), its layer-0
-    /// links (2·M of 16 bytes) and map and allocation overhead.
+    /// An estimate of the memory the graph and the vectors hold: the
+    /// full-precision slots and their map, and per graph point (tombstones
+    /// included) its int8 copy, its layer-0 links (2·M of 16 bytes) and
+    /// allocation overhead.
     pub fn memory_bytes(&self) -> usize {
-        let points = self
-            .vectors
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        let vectors = self.vectors.read().unwrap_or_else(PoisonError::into_inner);
+        let points = vectors.len()
             + self
                 .deleted
                 .read()
                 .unwrap_or_else(PoisonError::into_inner)
                 .len();
-        points * (2 * self.dim * 4 + 2 * self.params.m * 16 + 96)
+        vectors.bytes() + points * (self.dim + 2 * self.params.m * 16 + 96)
     }
 
     fn live(&self) -> usize {
@@ -163,26 +411,22 @@ impl Dense {
     }
 
     pub fn add<'a>(&self, items: impl Iterator<Item = (i64, &'a [f32])>) {
-        let items: Vec<(Vec<f32>, usize)> =
-            items.map(|(id, v)| (v.to_vec(), id as usize)).collect();
+        let items: Vec<(i64, &[f32])> = items.collect();
+        let quantized: Vec<(Vec<i8>, usize)> = items
+            .iter()
+            .map(|(id, v)| (quantize(v), *id as usize))
+            .collect();
         let graph = {
             let mut g = self.graph.write().unwrap_or_else(PoisonError::into_inner);
             g.get_or_insert_with(|| Arc::new(new_graph(&self.params, items.len())))
                 .clone()
         };
-        let refs: Vec<(&Vec<f32>, usize)> = items.iter().map(|(v, id)| (v, *id)).collect();
-        if refs.len() > 64 {
-            graph.parallel_insert(&refs);
-        } else {
-            for (v, id) in &refs {
-                graph.insert((v.as_slice(), *id));
-            }
-        }
+        insert_all(&graph, &quantized);
         let mut vectors = self.vectors.write().unwrap_or_else(PoisonError::into_inner);
         let mut deleted = self.deleted.write().unwrap_or_else(PoisonError::into_inner);
-        for (v, id) in items {
-            deleted.remove(&id);
-            vectors.insert(id, v);
+        for (id, v) in items {
+            deleted.remove(&(id as usize));
+            vectors.insert(id as usize, v);
         }
     }
 
@@ -191,7 +435,7 @@ impl Dense {
             let mut vectors = self.vectors.write().unwrap_or_else(PoisonError::into_inner);
             let mut deleted = self.deleted.write().unwrap_or_else(PoisonError::into_inner);
             for id in ids {
-                if vectors.remove(&(*id as usize)).is_some() {
+                if vectors.remove(*id as usize) {
                     deleted.insert(*id as usize);
                 }
             }
@@ -207,8 +451,9 @@ impl Dense {
     pub fn rebuild(&self) {
         let vectors = self.vectors.read().unwrap_or_else(PoisonError::into_inner);
         let graph = new_graph(&self.params, vectors.len());
-        let refs: Vec<(&Vec<f32>, usize)> = vectors.iter().map(|(id, v)| (v, *id)).collect();
-        graph.parallel_insert(&refs);
+        let quantized: Vec<(Vec<i8>, usize)> =
+            vectors.iter().map(|(id, v)| (quantize(v), id)).collect();
+        insert_all(&graph, &quantized);
         *self.graph.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(graph));
         self.deleted
             .write()
@@ -224,8 +469,10 @@ impl Dense {
             .clone()
     }
 
-    /// Writes the graph (with its vectors) into `dir` as hnsw_rs's dump,
-    /// `dense.hnsw.graph` and `dense.hnsw.data`; nothing for an empty one.
+    /// Writes the graph (with its int8 points) into `dir` as hnsw_rs's
+    /// dump, `dense.hnsw.graph` and `dense.hnsw.data`, and the
+    /// full-precision vectors as `dense.vectors`; nothing for an empty
+    /// index.
     pub fn save(&self, dir: &Path) -> Result<(), IndexError> {
         let Some(graph) = self.current_graph() else {
             return Ok(());
@@ -238,12 +485,17 @@ impl Dense {
                 "the graph was dumped as {name}, not {DUMP}"
             )));
         }
-        Ok(())
+        self.vectors
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .save(&dir.join(VECTORS_FILE))
     }
 
-    /// The graph [`Dense::save`] wrote into `dir`; `live` says which of its
-    /// points still hold a chunk (the rest are kept as tombstones, as they
-    /// were). An empty index when `dir` holds no graph.
+    /// The index [`Dense::save`] wrote into `dir`; `live` says which of its
+    /// points still hold a chunk (the rest are kept in the graph as
+    /// tombstones, as they were). An empty index when `dir` holds no
+    /// graph; an error when the graph or the vectors are damaged, of
+    /// another dimension or of another form, or a live chunk has no vector.
     pub fn load(
         dim: usize,
         params: DenseParams,
@@ -260,7 +512,7 @@ impl Dense {
         // leaked: a few hundred bytes per load.
         let io: &'static mut HnswIo = Box::leak(Box::new(HnswIo::new(dir, DUMP)));
         let graph: Graph = io
-            .load_hnsw::<f32, UnitCosine>()
+            .load_hnsw::<i8, DotI8>()
             .map_err(|e| IndexError::Snapshot(format!("loading the graph: {e:#}")))?;
         if graph.get_point_indexation().get_data_dimension() != dim {
             return Err(IndexError::Snapshot(format!(
@@ -268,18 +520,30 @@ impl Dense {
                 graph.get_point_indexation().get_data_dimension()
             )));
         }
+        let vectors = Vectors::open(&dir.join(VECTORS_FILE), dim, &live)?;
         {
-            let mut vectors = me.vectors.write().unwrap_or_else(PoisonError::into_inner);
             let mut deleted = me.deleted.write().unwrap_or_else(PoisonError::into_inner);
+            let mut in_graph = 0usize;
             for p in graph.get_point_indexation() {
                 let id = p.get_origin_id();
-                if live(id) {
-                    vectors.insert(id, p.get_v().to_vec());
+                if vectors.get(id).is_some() {
+                    in_graph += 1;
+                } else if live(id) {
+                    return Err(IndexError::Snapshot(format!(
+                        "chunk {id} is in the graph but has no vector"
+                    )));
                 } else {
                     deleted.insert(id);
                 }
             }
+            if in_graph != vectors.len() {
+                return Err(IndexError::Snapshot(format!(
+                    "{} vectors, {in_graph} of them in the graph",
+                    vectors.len()
+                )));
+            }
         }
+        *me.vectors.write().unwrap_or_else(PoisonError::into_inner) = vectors;
         *me.graph.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(graph));
         Ok(me)
     }
@@ -290,11 +554,31 @@ impl Dense {
         ids.iter()
             .map(|id| {
                 vectors
-                    .get(&(*id as usize))
+                    .get(*id as usize)
                     .filter(|v| v.len() == query.len())
                     .map(|v| dot(query, v))
             })
             .collect()
+    }
+
+    /// The `k` best of the graph's candidates, rescored at full precision.
+    fn rescore(
+        &self,
+        query: &[f32],
+        candidates: Vec<hnsw_rs::prelude::Neighbour>,
+        k: usize,
+    ) -> Vec<Hit> {
+        let vectors = self.vectors.read().unwrap_or_else(PoisonError::into_inner);
+        let hits = candidates
+            .into_iter()
+            .filter_map(|n| {
+                vectors.get(n.d_id).map(|v| Hit {
+                    chunk_id: n.d_id as i64,
+                    score: dot(query, v),
+                })
+            })
+            .collect();
+        top_k(hits, k)
     }
 
     pub fn search(
@@ -311,14 +595,6 @@ impl Dense {
         let Some(graph) = self.current_graph() else {
             return (Vec::new(), SearchPath::Exact);
         };
-        let to_hits = |ns: Vec<hnsw_rs::prelude::Neighbour>| -> Vec<Hit> {
-            ns.into_iter()
-                .map(|n| Hit {
-                    chunk_id: n.d_id as i64,
-                    score: 1.0 - n.distance,
-                })
-                .collect()
-        };
         match allowed {
             // A small collection is scanned exactly: as fast as the graph at
             // this size, and a point the graph cannot reach (near-duplicate
@@ -328,23 +604,25 @@ impl Dense {
                 let hits = vectors
                     .iter()
                     .map(|(id, v)| Hit {
-                        chunk_id: *id as i64,
+                        chunk_id: id as i64,
                         score: dot(query, v),
                     })
                     .collect();
                 (top_k(hits, k), SearchPath::Exact)
             }
             Allowed::All => {
+                let q = quantize(query);
                 let deleted = self.deleted.read().unwrap_or_else(PoisonError::into_inner);
                 let ef = self.params.ef_search.max(k);
+                // The whole candidate list comes back to be rescored.
                 let ns = if deleted.is_empty() {
                     drop(deleted);
-                    graph.search(query, k, ef)
+                    graph.search(&q, ef, ef)
                 } else {
                     let keep = |id: &usize| !deleted.contains(id);
-                    graph.search_filter(query, k, ef, Some(&keep))
+                    graph.search_filter(&q, ef, ef, Some(&keep))
                 };
-                (to_hits(ns), SearchPath::Graph)
+                (self.rescore(query, ns, k), SearchPath::Graph)
             }
             Allowed::Only(only) => {
                 let set = &only.chunks;
@@ -359,7 +637,7 @@ impl Dense {
                         if i % 1024 == 1023 && cancel.is_cancelled() {
                             return (top_k(hits, k), SearchPath::Cancelled);
                         }
-                        if let Some(v) = vectors.get(id) {
+                        if let Some(v) = vectors.get(*id) {
                             hits.push(Hit {
                                 chunk_id: *id as i64,
                                 score: dot(query, v),
@@ -368,16 +646,88 @@ impl Dense {
                     }
                     (top_k(hits, k), SearchPath::Exact)
                 } else {
+                    let q = quantize(query);
                     let selectivity = set.len() as f32 / total.max(1) as f32;
                     let ef = ((k as f32 / selectivity) as usize)
                         .clamp(self.params.ef_search.max(k), 1024);
                     let keep = |id: &usize| set.binary_search(id).is_ok();
-                    (
-                        to_hits(graph.search_filter(query, k, ef, Some(&keep))),
-                        SearchPath::FilteredGraph,
-                    )
+                    let ns = graph.search_filter(&q, ef, ef, Some(&keep));
+                    (self.rescore(query, ns, k), SearchPath::FilteredGraph)
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A unit vector with one large component among small ones, as
+    /// sentence embeddings have.
+    fn unit(dim: usize, seed: u64) -> Vec<f32> {
+        let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let mut v: Vec<f32> = (0..dim)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+            })
+            .collect();
+        v[(seed as usize) % dim] += 1.0;
+        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        v.iter().map(|x| x / n).collect()
+    }
+
+    #[test]
+    fn the_int8_distance_tracks_the_cosine() {
+        let dim = 384;
+        let c = clip_at(dim, CLIP_SIGMAS) / 127.0;
+        let vs: Vec<Vec<f32>> = (0..50).map(|i| unit(dim, i)).collect();
+        let mut worst = 0f32;
+        for a in &vs {
+            for b in &vs {
+                let exact = dot(a, b);
+                let approx = dot_i8(&quantize(a), &quantize(b)) as f32 * c * c;
+                // A saturated component (the large one) loses its excess,
+                // so compare only where neither saturates.
+                if a.iter()
+                    .chain(b)
+                    .all(|x| x.abs() < clip_at(dim, CLIP_SIGMAS))
+                {
+                    worst = worst.max((exact - approx).abs());
+                }
+            }
+        }
+        assert!(worst < 0.01, "int8 dot off by {worst}");
+        // The distance orders points as the cosine does, but for ties
+        // closer than the quantization's error.
+        let q = quantize(&vs[0]);
+        for a in &vs[1..] {
+            for b in &vs[1..] {
+                if dot(&vs[0], a) > dot(&vs[0], b) + 0.01 {
+                    assert!(DotI8.eval(&q, &quantize(a)) < DotI8.eval(&q, &quantize(b)));
+                }
+            }
+        }
+        assert!(DotI8.eval(&q, &q) >= 0.0);
+    }
+
+    #[test]
+    fn slots_are_reused_and_each_vector_is_held_once() {
+        let mut v = Vectors::new(4);
+        v.insert(7, &[1.0, 0.0, 0.0, 0.0]);
+        v.insert(9, &[0.0, 1.0, 0.0, 0.0]);
+        assert!(v.remove(7));
+        assert!(!v.remove(7));
+        v.insert(11, &[0.0, 0.0, 1.0, 0.0]);
+        assert_eq!(v.data.len(), 8, "the freed slot was reused");
+        assert_eq!(v.get(11), Some(&[0.0, 0.0, 1.0, 0.0][..]));
+        assert_eq!(v.get(9), Some(&[0.0, 1.0, 0.0, 0.0][..]));
+        assert_eq!(v.get(7), None);
+        v.insert(9, &[0.5, 0.5, 0.5, 0.5]);
+        assert_eq!(v.len(), 2);
+        assert_eq!(v.get(9), Some(&[0.5, 0.5, 0.5, 0.5][..]));
     }
 }

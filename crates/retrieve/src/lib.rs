@@ -15,7 +15,7 @@ mod lexical;
 mod snapshot;
 
 pub use collection::{Allowed, AllowedSet, CollectionIndex, in_document_score};
-pub use dense::{DenseParams, SearchPath};
+pub use dense::{CLIP_SIGMAS, DenseParams, SearchPath, dot_i8, quantize_at};
 pub use lexical::{AUTO_MAX_CHUNKS, Boosts, LexicalUnit};
 pub use snapshot::Saved;
 

@@ -116,6 +116,21 @@ fn filtered_hnsw_recall_at_10_stays_above_095_at_every_selectivity() {
             );
             found += truth.iter().filter(|t| got.contains(t)).count();
             wanted += truth.len();
+            // The graph walks int8 copies; what comes back is scored at
+            // full precision, whatever path found it.
+            for h in &hits {
+                let exact: f32 = vs[h.chunk_id as usize - 1]
+                    .iter()
+                    .zip(q)
+                    .map(|(a, b)| a * b)
+                    .sum();
+                assert!(
+                    (h.score - exact).abs() < 1e-5,
+                    "chunk {} scored {} against its exact {exact} ({label})",
+                    h.chunk_id,
+                    h.score
+                );
+            }
         }
         let recall = found as f32 / wanted as f32;
         eprintln!("selectivity {label}: recall@10 {recall:.3} via {paths:?}");
@@ -632,11 +647,16 @@ fn a_saved_collection_loads_with_the_same_answers_and_keeps_changing() {
     assert!(common.iter().all(|h| h.chunk_id > 63));
 }
 
-#[test]
-fn a_damaged_snapshot_is_an_error_not_a_wrong_index() {
-    let dim = 8;
-    let vs = vectors(300, dim, 5);
-    let idx = CollectionIndex::new(dim, DenseParams::default()).expect("index");
+/// An index of `n` clustered vectors (one chunk a document), saved into
+/// a new folder.
+fn saved(
+    n: usize,
+    dim: usize,
+    seed: u64,
+    params: DenseParams,
+) -> (CollectionIndex, Vec<Vec<f32>>, tempfile::TempDir) {
+    let vs = vectors(n, dim, seed);
+    let idx = CollectionIndex::new(dim, params).expect("index");
     idx.add(
         vs.iter()
             .enumerate()
@@ -646,6 +666,13 @@ fn a_damaged_snapshot_is_an_error_not_a_wrong_index() {
     .expect("add");
     let dir = tempfile::tempdir().expect("tempdir");
     idx.save(dir.path()).expect("save");
+    (idx, vs, dir)
+}
+
+#[test]
+fn a_damaged_snapshot_is_an_error_not_a_wrong_index() {
+    let dim = 8;
+    let (_, _, dir) = saved(300, dim, 5, DenseParams::default());
     let wrong_dim = CollectionIndex::load(dir.path(), 16, DenseParams::default());
     assert!(wrong_dim.is_err(), "another dimension is refused");
     std::fs::write(
@@ -657,4 +684,92 @@ fn a_damaged_snapshot_is_an_error_not_a_wrong_index() {
         .err()
         .expect("an error");
     assert!(err.to_string().contains("chunks.jsonl line 1"), "{err}");
+}
+
+#[test]
+fn damaged_or_missing_full_precision_vectors_are_an_error() {
+    let dim = 8;
+    let (_, _, dir) = saved(300, dim, 6, DenseParams::default());
+    let file = dir.path().join("dense.vectors");
+    let whole = std::fs::read(&file).expect("the vectors are saved beside the graph");
+    assert_eq!(whole.len(), 24 + 300 * (8 + dim * 4), "one copy of each");
+    assert!(CollectionIndex::load(dir.path(), dim, DenseParams::default()).is_ok());
+    for (what, bytes) in [
+        ("truncated", whole[..whole.len() - 5].to_vec()),
+        (
+            "one point short",
+            whole[..whole.len() - (8 + dim * 4)].to_vec(),
+        ),
+        ("longer", [whole.as_slice(), &[0u8; 9]].concat()),
+        (
+            "foreign",
+            b"not a vectors file at all, though long enough".to_vec(),
+        ),
+    ] {
+        std::fs::write(&file, &bytes).expect("write");
+        let err = CollectionIndex::load(dir.path(), dim, DenseParams::default())
+            .err()
+            .unwrap_or_else(|| panic!("a {what} vectors file was served"));
+        eprintln!("{what}: {err}");
+    }
+    std::fs::remove_file(&file).expect("remove");
+    assert!(
+        CollectionIndex::load(dir.path(), dim, DenseParams::default()).is_err(),
+        "a graph without its vectors was served"
+    );
+}
+
+#[test]
+fn an_opened_index_reads_its_vectors_in_place_and_keeps_changing() {
+    let (n, dim) = (400, 64);
+    let params = DenseParams {
+        exact_below: 16,
+        ..DenseParams::default()
+    };
+    let (idx, _, dir) = saved(n, dim, 12, params);
+    let opened = CollectionIndex::load(dir.path(), dim, params).expect("load");
+    // The full-precision vectors stay in the file: the heap holds at least
+    // their bytes less than the index that wrote them.
+    assert!(
+        opened.memory_bytes() + n * dim * 4 <= idx.memory_bytes(),
+        "opened {} against built {}",
+        opened.memory_bytes(),
+        idx.memory_bytes()
+    );
+    let top = |i: &CollectionIndex, q: &[f32]| -> Vec<(i64, f32)> {
+        i.dense_search(q, 10, &i.allowed(&Filter::All), &Cancel::new())
+            .0
+            .iter()
+            .map(|h| (h.chunk_id, h.score))
+            .collect()
+    };
+    let queries = vectors(20, dim, 77);
+    for q in &queries {
+        assert_eq!(top(&opened, q), top(&idx, q));
+    }
+    // A mapped point removed, a new one added (chunk ids are never
+    // reused: a changed document's chunks get new ones).
+    let q = &queries[0];
+    let removed = top(&idx, q)[0].0;
+    opened.remove(&[removed]).expect("remove");
+    opened
+        .add(vec![(entry(n as i64 + 1, "text", json!({})), q.clone())])
+        .expect("add");
+    let after = top(&opened, q);
+    assert_eq!(
+        after[0].0,
+        n as i64 + 1,
+        "the new point is the query itself"
+    );
+    assert!((after[0].1 - 1.0).abs() < 1e-5);
+    assert!(after.iter().all(|(id, _)| *id != removed), "removed");
+    assert_eq!(after[1..], top(&idx, q)[1..10], "the rest read in place");
+    // Saved again (mapped and heap points together) and opened again.
+    let again = tempfile::tempdir().expect("tempdir");
+    opened.save(again.path()).expect("save again");
+    drop(dir);
+    let reopened = CollectionIndex::load(again.path(), dim, params).expect("reload");
+    for q in &queries {
+        assert_eq!(top(&reopened, q), top(&opened, q));
+    }
 }

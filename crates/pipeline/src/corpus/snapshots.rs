@@ -73,7 +73,7 @@ pub struct SnapshotMeta {
 }
 
 /// The snapshot format this build reads and writes.
-pub const FORMAT: u32 = 2;
+pub const FORMAT: u32 = 3;
 
 const SAVING: &str = ".saving-";
 const LOADING: &str = "loading-";
