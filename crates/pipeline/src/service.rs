@@ -423,11 +423,11 @@ impl Pipeline {
         }
     }
 
-    /// What every collection holds together, how many are loaded and the
-    /// memory their indexes take.
+    /// What every collection holds together, how many are loaded and what
+    /// their indexes take.
     pub async fn collection_totals(
         &self,
-    ) -> Result<(ragtime_store::Usage, usize, usize), PipelineError> {
+    ) -> Result<(ragtime_store::Usage, usize, crate::corpus::IndexBytes), PipelineError> {
         self.corpus
             .totals()
             .await

@@ -156,6 +156,13 @@ impl CollectionIndex {
             + self.documents.memory_bytes()
     }
 
+    /// Bytes of the files the indexes read in place (memory-mapped: what
+    /// of them was read sits in the page cache, not in this process's
+    /// heap; [`CollectionIndex::memory_bytes`] does not count them).
+    pub fn mapped_bytes(&self) -> usize {
+        self.dense.mapped_bytes()
+    }
+
     /// Moves on every change: whether the collection changed since a look.
     pub fn version(&self) -> u64 {
         self.version.load(Ordering::Acquire)

@@ -222,6 +222,12 @@ impl Vectors {
         self.data.capacity() * 4 + self.slots.capacity() * 24 + self.free.capacity() * 4
     }
 
+    /// Bytes of the file read in place (the page cache holds what of it
+    /// was read; the kernel gives it back under pressure).
+    fn mapped_bytes(&self) -> usize {
+        self.mapped.as_ref().map_or(0, OwnedBytes::len)
+    }
+
     /// Writes the file [`Vectors::open`] reads and flushes it to disk.
     fn save(&self, path: &Path) -> Result<(), IndexError> {
         let mut out = BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
@@ -390,6 +396,14 @@ impl Dense {
                 .unwrap_or_else(PoisonError::into_inner)
                 .len();
         vectors.bytes() + points * (self.dim + 2 * self.params.m * 16 + 96)
+    }
+
+    /// Bytes of the files the index reads in place.
+    pub fn mapped_bytes(&self) -> usize {
+        self.vectors
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .mapped_bytes()
     }
 
     fn live(&self) -> usize {

@@ -193,6 +193,8 @@ pub struct Metrics {
     load_level: Gauge,
     index_lag_seconds: Gauge<f64, AtomicU64>,
     index_lag_entries: Gauge,
+    index_resident_bytes: Gauge,
+    index_mapped_bytes: Gauge,
     standby_lag_seconds: Family<StandbyLabels, Gauge<f64, AtomicU64>>,
     standby_usable: Family<StandbyLabels, Gauge>,
     first_chunk: Histogram,
@@ -238,6 +240,8 @@ impl Metrics {
             load_level: Gauge::default(),
             index_lag_seconds: Gauge::default(),
             index_lag_entries: Gauge::default(),
+            index_resident_bytes: Gauge::default(),
+            index_mapped_bytes: Gauge::default(),
             standby_lag_seconds: Family::default(),
             standby_usable: Family::default(),
             first_chunk: Histogram::new(LATENCY_BUCKETS.iter().copied()),
@@ -305,6 +309,16 @@ impl Metrics {
             "ragtime_index_lag_entries",
             "Changes in the store's log this replica's indexes have not applied",
             self.index_lag_entries.clone(),
+        );
+        r.register(
+            "ragtime_index_resident_bytes",
+            "Memory the loaded collections' indexes hold (an estimate from their parts)",
+            self.index_resident_bytes.clone(),
+        );
+        r.register(
+            "ragtime_index_mapped_bytes",
+            "Bytes of the files the loaded indexes read in place (memory-mapped: the page cache holds what of them is read)",
+            self.index_mapped_bytes.clone(),
         );
         r.register(
             "ragtime_http_requests_in_flight",
@@ -539,6 +553,14 @@ impl Metrics {
     pub fn set_index_lag(&self, entries: i64, seconds: f64) {
         self.index_lag_entries.set(entries);
         self.index_lag_seconds.set(seconds);
+    }
+
+    /// What the loaded indexes take, resident and mapped.
+    pub fn set_index_bytes(&self, resident: usize, mapped: usize) {
+        self.index_resident_bytes
+            .set(i64::try_from(resident).unwrap_or(i64::MAX));
+        self.index_mapped_bytes
+            .set(i64::try_from(mapped).unwrap_or(i64::MAX));
     }
 
     /// Standby `standby`'s state at the last probe.

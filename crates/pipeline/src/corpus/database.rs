@@ -15,7 +15,7 @@
 //! The corpus version (what cached answers are valid for) follows the
 //! store's change log: [`IndexEngine::follow`] reads its last entry.
 
-use super::engine::{Change, EngineStatus, IndexEngine};
+use super::engine::{Change, EngineStatus, IndexBytes, IndexEngine};
 use super::follower::Lag;
 use super::{CorpusError, Shared};
 use async_trait::async_trait;
@@ -123,7 +123,7 @@ impl IndexEngine for Database {
         Ok(self.shared.store.forget_replica(&self.replica).await?)
     }
 
-    fn index_bytes(&self, _name: &str) -> Option<usize> {
+    fn index_bytes(&self, _name: &str) -> Option<IndexBytes> {
         None
     }
 

@@ -39,6 +39,32 @@ pub struct Change {
     pub rebuild: bool,
 }
 
+/// What a collection's indexes take.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IndexBytes {
+    /// Held in the process's memory (an estimate from their parts).
+    pub resident: usize,
+    /// Files read in place (memory-mapped): the page cache holds what of
+    /// them is read, and gives it back under memory pressure.
+    pub mapped: usize,
+}
+
+impl std::ops::Add for IndexBytes {
+    type Output = Self;
+    fn add(self, o: Self) -> Self {
+        Self {
+            resident: self.resident + o.resident,
+            mapped: self.mapped + o.mapped,
+        }
+    }
+}
+
+impl std::iter::Sum for IndexBytes {
+    fn sum<I: Iterator<Item = Self>>(iter: I) -> Self {
+        iter.fold(Self::default(), |a, b| a + b)
+    }
+}
+
 /// An engine's state, for readiness and statistics.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct EngineStatus {
@@ -46,8 +72,8 @@ pub struct EngineStatus {
     pub loaded: usize,
     /// Their chunks.
     pub chunks: usize,
-    /// The memory they take.
-    pub bytes: usize,
+    /// What they take.
+    pub bytes: IndexBytes,
     /// Collections loaded from a snapshot since start.
     pub snapshot_loads: usize,
     /// How far behind the store's change log the engine is.
@@ -104,8 +130,8 @@ pub trait IndexEngine: Send + Sync {
     /// The process stops: the log no longer waits for this engine.
     async fn leave(&self) -> Result<(), CorpusError>;
 
-    /// The memory collection `name`'s indexes hold, if the engine holds any.
-    fn index_bytes(&self, name: &str) -> Option<usize>;
+    /// What collection `name`'s indexes take, if the engine holds any.
+    fn index_bytes(&self, name: &str) -> Option<IndexBytes>;
 
     fn status(&self) -> EngineStatus;
 

@@ -1,22 +1,22 @@
 //! What collections hold, for listing and statistics: the store's kept
 //! counts and the loaded indexes' memory.
 
-use super::{Corpus, CorpusError};
+use super::{Corpus, CorpusError, IndexBytes};
 use ragtime_store::CollectionRecord;
 
 /// A collection as `GET /v1/collections` shows it.
 #[derive(Debug, Clone)]
 pub struct CollectionInfo {
     pub record: CollectionRecord,
-    /// The memory its indexes hold, when they are loaded.
-    pub index_bytes: Option<usize>,
+    /// What its indexes take, when they are loaded.
+    pub index_bytes: Option<IndexBytes>,
 }
 
 impl Corpus {
     /// What every collection holds together, how many are loaded and the
     /// memory their indexes take (from the stored counts and the loaded
     /// indexes, without listing collections).
-    pub async fn totals(&self) -> Result<(ragtime_store::Usage, usize, usize), CorpusError> {
+    pub async fn totals(&self) -> Result<(ragtime_store::Usage, usize, IndexBytes), CorpusError> {
         let usage = self.store.total_usage().await?;
         let status = self.engine.status();
         Ok((usage, status.loaded, status.bytes))

@@ -30,7 +30,7 @@ pub mod snapshots;
 mod write;
 
 pub use database::{DATABASE_FUSION, DEFAULT_EF_SEARCH};
-pub use engine::{Change, EngineStatus, IndexEngine};
+pub use engine::{Change, EngineStatus, IndexBytes, IndexEngine};
 pub use follower::Lag;
 pub use info::CollectionInfo;
 pub use ragtime_core::IngestDoc;

@@ -5,7 +5,7 @@
 //! ([`super::follower`]), saved to local disk ([`super::snapshots`]) and
 //! dropped again when idle.
 
-use super::engine::{Change, EngineStatus, IndexEngine};
+use super::engine::{Change, EngineStatus, IndexBytes, IndexEngine};
 use super::follower::Follower;
 use super::snapshots::{SnapshotConfig, Snapshots};
 use super::{CorpusError, Shared, lock, snapshots};
@@ -187,8 +187,8 @@ impl IndexEngine for Resident {
         Ok(self.store.forget_replica(&self.replica).await?)
     }
 
-    fn index_bytes(&self, name: &str) -> Option<usize> {
-        self.indexes.get(name).map(|i| i.memory_bytes())
+    fn index_bytes(&self, name: &str) -> Option<IndexBytes> {
+        self.indexes.get(name).map(|i| bytes_of(&i))
     }
 
     fn status(&self) -> EngineStatus {
@@ -196,7 +196,7 @@ impl IndexEngine for Resident {
         EngineStatus {
             loaded: loaded.len(),
             chunks: self.indexes.len(),
-            bytes: loaded.iter().map(|(_, i)| i.memory_bytes()).sum(),
+            bytes: loaded.iter().map(|(_, i)| bytes_of(i)).sum(),
             snapshot_loads: self.snapshot_loads(),
             lag: self.lag(),
             following: self.following(),
@@ -353,5 +353,13 @@ impl Resident {
             }
         }
         n
+    }
+}
+
+/// What a loaded collection's indexes take.
+fn bytes_of(index: &CollectionIndex) -> IndexBytes {
+    IndexBytes {
+        resident: index.memory_bytes(),
+        mapped: index.mapped_bytes(),
     }
 }

@@ -37,6 +37,10 @@ pub struct CollectionOut {
     /// The memory its indexes hold now; `null` while they are not loaded
     /// (never searched since start, or dropped while idle).
     index_bytes: Option<usize>,
+    /// The bytes of the files its indexes read in place (memory-mapped:
+    /// the page cache holds what of them is read); `null` while not
+    /// loaded.
+    index_mapped_bytes: Option<usize>,
     /// Creation time (ms since the epoch; 0 for collections made before
     /// creation times were kept).
     created_ms: i64,
@@ -49,7 +53,8 @@ impl From<CollectionInfo> for CollectionOut {
             description: c.record.description,
             documents: c.record.documents,
             chunks: c.record.chunks,
-            index_bytes: c.index_bytes,
+            index_bytes: c.index_bytes.map(|b| b.resident),
+            index_mapped_bytes: c.index_bytes.map(|b| b.mapped),
             created_ms: c.record.created_ms,
         }
     }

@@ -1,6 +1,7 @@
 //! `GET /metrics`: the OpenMetrics text exposition, with the budgets in
 //! force (for dashboards that draw latency against them) and each LLM
-//! backend's queue, busy slots and breaker as of now.
+//! backend's queue, busy slots and breaker, and what the loaded indexes
+//! take, as of now.
 
 use crate::state::AppState;
 use axum::extract::State;
@@ -18,6 +19,10 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         state.metrics.set_budget(Some(s), b.stage_ms(s));
     }
     state.metrics.set_budget(None, b.total_ms);
+    if let Some(p) = state.loaded() {
+        let bytes = p.status().engine.bytes;
+        state.metrics.set_index_bytes(bytes.resident, bytes.mapped);
+    }
     for s in state.backends.status() {
         state
             .metrics

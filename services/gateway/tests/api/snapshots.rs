@@ -46,6 +46,26 @@ async fn loaded_from_snapshots(app: &TestApp) -> i64 {
         .unwrap_or_else(|| panic!("{stats}"))
 }
 
+/// The bytes read in place of collection `notes` (`GET /v1/collections`)
+/// and of every loaded collection (`GET /admin/stats`).
+async fn mapped_bytes(app: &TestApp) -> (u64, u64) {
+    let list: Value = app.get("/v1/collections").await.json().await.expect("json");
+    let notes = list["collections"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["name"] == "notes"))
+        .unwrap_or_else(|| panic!("{list}"));
+    let r = app.admin(Method::GET, "/admin/stats", None).await;
+    let stats: Value = r.json().await.expect("json");
+    (
+        notes["index_mapped_bytes"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{notes}")),
+        stats["collections"]["index_mapped_bytes"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{stats}")),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_next_start_loads_the_saved_indexes_and_the_writes_after_them() {
     let a = app().spawn().await;
@@ -79,6 +99,11 @@ async fn the_next_start_loads_the_saved_indexes_and_the_writes_after_them() {
         .expect("delete");
     assert_eq!(r.status(), 200);
     assert_eq!(loaded_from_snapshots(&a).await, 0);
+    assert_eq!(
+        mapped_bytes(&a).await,
+        (0, 0),
+        "built from the store: nothing read in place"
+    );
     let data = a.shutdown_keep_data().await;
     assert_eq!(records(data.path()).len(), 1);
 
@@ -87,6 +112,18 @@ async fn the_next_start_loads_the_saved_indexes_and_the_writes_after_them() {
         loaded_from_snapshots(&b).await,
         1,
         "loaded from the snapshot"
+    );
+    // Opened from the snapshot: its vectors are read in place, and the
+    // collection, the totals and /metrics say how many bytes.
+    let (collection, total) = mapped_bytes(&b).await;
+    assert!(collection > 0, "the vectors file is mapped");
+    assert_eq!(collection, total);
+    let metrics = b.get("/metrics").await.text().await.expect("metrics");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == format!("ragtime_index_mapped_bytes {total}")),
+        "{metrics}"
     );
     let search = |q: &str| json!({"collection": "notes", "query": q, "top_k": 5, "rerank": false});
     assert_eq!(

@@ -19,6 +19,9 @@ pub struct AdminCollection {
     chunks: i64,
     /// `null` while its indexes are not loaded.
     index_bytes: Option<usize>,
+    /// Files its indexes read in place (memory-mapped); `null` while not
+    /// loaded.
+    index_mapped_bytes: Option<usize>,
 }
 
 #[derive(Serialize, Default, utoipa::ToSchema)]
@@ -29,6 +32,7 @@ pub struct TenantSummary {
     documents: i64,
     chunks: i64,
     index_bytes: usize,
+    index_mapped_bytes: usize,
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -54,13 +58,15 @@ pub async fn list(
         t.loaded += usize::from(c.index_bytes.is_some());
         t.documents += c.record.documents;
         t.chunks += c.record.chunks;
-        t.index_bytes += c.index_bytes.unwrap_or(0);
+        t.index_bytes += c.index_bytes.map_or(0, |b| b.resident);
+        t.index_mapped_bytes += c.index_bytes.map_or(0, |b| b.mapped);
         collections.push(AdminCollection {
             name: name.to_owned(),
             tenant: tenant.0,
             documents: c.record.documents,
             chunks: c.record.chunks,
-            index_bytes: c.index_bytes,
+            index_bytes: c.index_bytes.map(|b| b.resident),
+            index_mapped_bytes: c.index_bytes.map(|b| b.mapped),
         });
     }
     Ok(Json(AdminCollections {

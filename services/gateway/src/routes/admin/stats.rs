@@ -34,6 +34,9 @@ struct CollectionsOut {
     chunks: i64,
     /// The memory the loaded indexes hold.
     index_bytes: usize,
+    /// The bytes of the files they read in place (memory-mapped: the
+    /// page cache holds what of them is read, not the process's heap).
+    index_mapped_bytes: usize,
     /// Collections loaded from their saved snapshot since start (not
     /// rebuilt from the store).
     loaded_from_snapshots: usize,
@@ -162,7 +165,8 @@ async fn collections_out(state: &AppState) -> Result<CollectionsOut, ApiError> {
         loaded,
         documents: usage.documents,
         chunks: usage.chunks,
-        index_bytes,
+        index_bytes: index_bytes.resident,
+        index_mapped_bytes: index_bytes.mapped,
         loaded_from_snapshots,
     })
 }
