@@ -550,6 +550,19 @@ impl Dense {
                     deleted.insert(id);
                 }
             }
+            // The same ids and dimension are not enough: the vectors must
+            // be the ones the graph's int8 points were made from (checked
+            // on a sample; a copy from another snapshot fails it).
+            for p in graph.get_point_indexation().into_iter().take(64) {
+                if let Some(v) = vectors.get(p.get_origin_id())
+                    && quantize(v) != p.get_v()
+                {
+                    return Err(IndexError::Snapshot(format!(
+                        "the vector of chunk {} is not the one its graph point was made from",
+                        p.get_origin_id()
+                    )));
+                }
+            }
             if in_graph != vectors.len() {
                 return Err(IndexError::Snapshot(format!(
                     "{} vectors, {in_graph} of them in the graph",
@@ -626,15 +639,21 @@ impl Dense {
             }
             Allowed::All => {
                 let q = quantize(query);
-                let deleted = self.deleted.read().unwrap_or_else(PoisonError::into_inner);
                 let ef = self.params.ef_search.max(k);
-                // The whole candidate list comes back to be rescored.
-                let ns = if deleted.is_empty() {
-                    drop(deleted);
-                    graph.search(&q, ef, ef)
-                } else {
-                    let keep = |id: &usize| !deleted.contains(id);
-                    graph.search_filter(&q, ef, ef, Some(&keep))
+                // The whole candidate list comes back to be rescored. The
+                // tombstones' lock is let go before rescoring takes the
+                // vectors' (writers take the vectors' first, then the
+                // tombstones'): holding both in the other order would
+                // deadlock against an add or a remove.
+                let ns = {
+                    let deleted = self.deleted.read().unwrap_or_else(PoisonError::into_inner);
+                    if deleted.is_empty() {
+                        drop(deleted);
+                        graph.search(&q, ef, ef)
+                    } else {
+                        let keep = |id: &usize| !deleted.contains(id);
+                        graph.search_filter(&q, ef, ef, Some(&keep))
+                    }
                 };
                 (self.rescore(query, ns, k), SearchPath::Graph)
             }

@@ -712,6 +712,13 @@ fn damaged_or_missing_full_precision_vectors_are_an_error() {
             .unwrap_or_else(|| panic!("a {what} vectors file was served"));
         eprintln!("{what}: {err}");
     }
+    // Another index's vectors: the same ids, dimension and length.
+    let (_, _, other) = saved(300, dim, 66, DenseParams::default());
+    std::fs::copy(other.path().join("dense.vectors"), &file).expect("copy");
+    let err = CollectionIndex::load(dir.path(), dim, DenseParams::default())
+        .err()
+        .expect("another index's vectors were served");
+    assert!(err.to_string().contains("not the one"), "{err}");
     std::fs::remove_file(&file).expect("remove");
     assert!(
         CollectionIndex::load(dir.path(), dim, DenseParams::default()).is_err(),
@@ -771,5 +778,59 @@ fn an_opened_index_reads_its_vectors_in_place_and_keeps_changing() {
     let reopened = CollectionIndex::load(again.path(), dim, params).expect("reload");
     for q in &queries {
         assert_eq!(top(&reopened, q), top(&opened, q));
+    }
+}
+
+#[test]
+fn searches_and_writes_together_never_wait_on_each_other() {
+    let dim = 16;
+    let vs = vectors(3000, dim, 21);
+    // Through the graph (not an exact scan), with tombstones in it.
+    let params = DenseParams {
+        exact_below: 16,
+        exact_fraction: 0.0,
+        ..DenseParams::default()
+    };
+    let idx = Arc::new(CollectionIndex::new(dim, params).expect("index"));
+    idx.add(
+        vs[..2000]
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (entry(i as i64 + 1, "text", json!({})), v.clone()))
+            .collect(),
+    )
+    .expect("add");
+    idx.remove(&(1..=100).collect::<Vec<i64>>())
+        .expect("tombstones");
+    let (done, finished) = std::sync::mpsc::channel();
+    for s in 0..3u64 {
+        let (idx, done) = (idx.clone(), done.clone());
+        let queries = vectors(50, dim, 100 + s);
+        std::thread::spawn(move || {
+            for _ in 0..20 {
+                for q in &queries {
+                    let all = idx.allowed(&Filter::All);
+                    assert_eq!(idx.dense_search(q, 10, &all, &Cancel::new()).0.len(), 10);
+                }
+            }
+            done.send("search").expect("send");
+        });
+    }
+    {
+        let (idx, done, vs) = (idx.clone(), done.clone(), vs.clone());
+        std::thread::spawn(move || {
+            for (i, v) in vs.iter().enumerate().skip(2000) {
+                let id = i as i64 + 1;
+                idx.add(vec![(entry(id, "text", json!({})), v.clone())])
+                    .expect("add");
+                idx.remove(&[id - 1000]).expect("remove");
+            }
+            done.send("write").expect("send");
+        });
+    }
+    for _ in 0..4 {
+        finished
+            .recv_timeout(std::time::Duration::from_secs(120))
+            .expect("searches and writes deadlocked");
     }
 }
