@@ -702,9 +702,23 @@ fn quantization(vecs: &[Vec<f32>], chosen: &[Vec<f32>], unseen: &[Vec<f32>]) {
         "| range (sigmas) | components saturated | int8 scan + rescore recall@10 (chosen on) | (unseen) |"
     );
     println!("|---:|---:|---:|---:|");
-    let recall = |sigmas: f32, points: &[Vec<i8>], qs: &[Vec<f32>]| {
+    let dot = |i: usize, q: &[f32]| vecs[i].iter().zip(q).map(|(a, b)| a * b).sum::<f32>();
+    // Each query's exact top 10, found once for every range.
+    let truth = |qs: &[Vec<f32>]| -> Vec<HashSet<usize>> {
+        qs.iter()
+            .take(100)
+            .map(|q| {
+                let mut exact: Vec<(f32, usize)> =
+                    (0..vecs.len()).map(|i| (dot(i, q), i)).collect();
+                exact.select_nth_unstable_by(10, |a, b| b.0.total_cmp(&a.0));
+                exact[..10].iter().map(|(_, i)| *i).collect()
+            })
+            .collect()
+    };
+    let (chosen_truth, unseen_truth) = (truth(chosen), truth(unseen));
+    let recall = |sigmas: f32, points: &[Vec<i8>], qs: &[Vec<f32>], truth: &[HashSet<usize>]| {
         let mut found = 0usize;
-        for q in qs.iter().take(100) {
+        for (q, truth) in qs.iter().zip(truth) {
             let qq = ragtime_retrieve::quantize_at(q, sigmas);
             let mut approx: Vec<(i32, usize)> = points
                 .iter()
@@ -712,19 +726,15 @@ fn quantization(vecs: &[Vec<f32>], chosen: &[Vec<f32>], unseen: &[Vec<f32>]) {
                 .map(|(i, p)| (ragtime_retrieve::dot_i8(&qq, p), i))
                 .collect();
             approx.select_nth_unstable_by(ef, |a, b| b.0.cmp(&a.0));
-            let dot = |i: usize| vecs[i].iter().zip(q).map(|(a, b)| a * b).sum::<f32>();
             let mut rescored: Vec<(f32, usize)> =
-                approx[..ef].iter().map(|(_, i)| (dot(*i), *i)).collect();
+                approx[..ef].iter().map(|(_, i)| (dot(*i, q), *i)).collect();
             rescored.sort_by(|a, b| b.0.total_cmp(&a.0));
-            let mut exact: Vec<(f32, usize)> = (0..vecs.len()).map(|i| (dot(i), i)).collect();
-            exact.select_nth_unstable_by(10, |a, b| b.0.total_cmp(&a.0));
-            let truth: HashSet<usize> = exact[..10].iter().map(|(_, i)| *i).collect();
             found += rescored[..10]
                 .iter()
                 .filter(|(_, i)| truth.contains(i))
                 .count();
         }
-        found as f64 / (qs.len().min(100) * 10) as f64
+        found as f64 / (truth.len() * 10) as f64
     };
     for sigmas in [3.0f32, 4.0, 5.0, 6.0, 8.0, 12.0] {
         let points: Vec<Vec<i8>> = vecs
@@ -735,8 +745,8 @@ fn quantization(vecs: &[Vec<f32>], chosen: &[Vec<f32>], unseen: &[Vec<f32>]) {
         println!(
             "| {sigmas} | {:.4} % | {:.3} | {:.3} |",
             100.0 * saturated as f64 / (points.len() * 384) as f64,
-            recall(sigmas, &points, chosen),
-            recall(sigmas, &points, unseen)
+            recall(sigmas, &points, chosen, &chosen_truth),
+            recall(sigmas, &points, unseen, &unseen_truth)
         );
     }
 }

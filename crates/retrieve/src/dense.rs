@@ -145,7 +145,8 @@ const MAPPED: u32 = 1 << 31;
 /// removed mapped point just stops being referenced.
 struct Vectors {
     dim: usize,
-    mapped: Option<OwnedBytes>,
+    /// The mapped file, and where in it the floats begin.
+    mapped: Option<(OwnedBytes, usize)>,
     data: Vec<f32>,
     slots: HashMap<usize, u32>,
     free: Vec<u32>,
@@ -168,9 +169,8 @@ impl Vectors {
 
     fn slot(&self, slot: u32) -> &[f32] {
         if slot & MAPPED != 0 {
-            let map = self.mapped.as_ref().expect("a mapped slot has its map");
-            let count = (map.len() - HEADER) / (8 + 4 * self.dim);
-            let at = HEADER + 8 * count + (slot & !MAPPED) as usize * 4 * self.dim;
+            let (map, floats) = self.mapped.as_ref().expect("a mapped slot has its map");
+            let at = floats + (slot & !MAPPED) as usize * 4 * self.dim;
             // Aligned: the map starts on a page, the floats at a multiple of
             // 8 bytes (checked when opened).
             bytemuck::cast_slice(&map.as_slice()[at..at + 4 * self.dim])
@@ -225,7 +225,7 @@ impl Vectors {
     /// Bytes of the file read in place (the page cache holds what of it
     /// was read; the kernel gives it back under pressure).
     fn mapped_bytes(&self) -> usize {
-        self.mapped.as_ref().map_or(0, OwnedBytes::len)
+        self.mapped.as_ref().map_or(0, |(map, _)| map.len())
     }
 
     /// Writes the file [`Vectors::open`] reads and flushes it to disk.
@@ -301,7 +301,7 @@ impl Vectors {
                 return Err(bad(&format!("point {id} is in the file twice")));
             }
         }
-        me.mapped = Some(map);
+        me.mapped = Some((map, HEADER + 8 * count));
         Ok(me)
     }
 }
@@ -540,27 +540,23 @@ impl Dense {
             let mut in_graph = 0usize;
             for p in graph.get_point_indexation() {
                 let id = p.get_origin_id();
-                if vectors.get(id).is_some() {
+                if let Some(v) = vectors.get(id) {
                     in_graph += 1;
+                    // The same ids and dimension are not enough: the
+                    // vectors must be the ones the graph's int8 points were
+                    // made from (checked on a sample; a copy from another
+                    // snapshot fails it).
+                    if in_graph <= 64 && quantize(v) != p.get_v() {
+                        return Err(IndexError::Snapshot(format!(
+                            "the vector of chunk {id} is not the one its graph point was made from"
+                        )));
+                    }
                 } else if live(id) {
                     return Err(IndexError::Snapshot(format!(
                         "chunk {id} is in the graph but has no vector"
                     )));
                 } else {
                     deleted.insert(id);
-                }
-            }
-            // The same ids and dimension are not enough: the vectors must
-            // be the ones the graph's int8 points were made from (checked
-            // on a sample; a copy from another snapshot fails it).
-            for p in graph.get_point_indexation().into_iter().take(64) {
-                if let Some(v) = vectors.get(p.get_origin_id())
-                    && quantize(v) != p.get_v()
-                {
-                    return Err(IndexError::Snapshot(format!(
-                        "the vector of chunk {} is not the one its graph point was made from",
-                        p.get_origin_id()
-                    )));
                 }
             }
             if in_graph != vectors.len() {
