@@ -228,7 +228,8 @@ impl Vectors {
         self.mapped.as_ref().map_or(0, |(map, _)| map.len())
     }
 
-    /// Writes the file [`Vectors::open`] reads and flushes it to disk.
+    /// Writes the file [`Vectors::open`] reads (the snapshot's save syncs
+    /// every file it wrote, this one with them).
     fn save(&self, path: &Path) -> Result<(), IndexError> {
         let mut out = BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
         out.write_all(VECTORS_MAGIC)?;
@@ -244,9 +245,7 @@ impl Vectors {
                 out.write_all(&x.to_le_bytes())?;
             }
         }
-        out.into_inner()
-            .map_err(|e| IndexError::Io(e.into_error()))?
-            .sync_all()?;
+        out.into_inner().map_err(|e| e.into_error())?;
         Ok(())
     }
 
