@@ -67,7 +67,7 @@ use ragtime_pipeline::adapters::IndexRetriever;
 use ragtime_pipeline::corpus::{ChunkParams, Corpus, IngestDoc};
 use ragtime_pipeline::search::{self, Mode, SEARCH_PLAN, SearchDeps, SearchOutcome, SearchRequest};
 use ragtime_pipeline::{BudgetProfile, RequestBudget};
-use ragtime_retrieve::{Chunk, CollectionIndex, DenseParams};
+use ragtime_retrieve::{Allowed, Chunk, CollectionIndex, DenseParams};
 use ragtime_store::Store;
 use ragtime_testkit::scifact as data;
 use stats::{Rng, ndcg_at_10, pct};
@@ -666,6 +666,43 @@ async fn vectors(rag: &Rag, data: &SciFact) {
             found[1] as f64 / (unseen.len() * 10) as f64
         );
     }
+    // The candidate list swept on the same graph (unfiltered): how much of
+    // the lost recall a wider walk wins back, and what it costs.
+    println!(
+        "\n| ef_search (unfiltered) | p50 ms | p99 ms | recall@10 (chosen on) | recall@10 (unseen) |"
+    );
+    println!("|---:|---:|---:|---:|---:|");
+    let truth: Vec<HashSet<i64>> = all_queries
+        .iter()
+        .map(|q| {
+            let mut exact: Vec<(f32, i64)> = vecs
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (v.iter().zip(q).map(|(a, b)| a * b).sum(), i as i64 + 1))
+                .collect();
+            exact.select_nth_unstable_by(10, |a, b| b.0.total_cmp(&a.0));
+            exact[..10].iter().map(|(_, id)| *id).collect()
+        })
+        .collect();
+    for ef in [p.ef_search, 320, 640, 1280] {
+        big.set_ef_search(ef);
+        let mut times = Vec::new();
+        let mut found = [0usize; 2];
+        for (i, (q, truth)) in all_queries.iter().zip(&truth).enumerate() {
+            let t = Instant::now();
+            let (hits, _) = big.dense_search(q, 10, &Allowed::All, &Cancel::new());
+            times.push(t.elapsed());
+            found[i / 200] += hits.iter().filter(|h| truth.contains(&h.chunk_id)).count();
+        }
+        println!(
+            "| {ef} | {:.2} | {:.2} | {:.3} | {:.3} |",
+            pct(&mut times, 50.0),
+            pct(&mut times, 99.0),
+            found[0] as f64 / 2000.0,
+            found[1] as f64 / 2000.0
+        );
+    }
+    big.set_ef_search(p.ef_search);
     for (_, q) in data.queries.iter().take(200) {
         svc.embed_query(q, Cancel::new()).await.expect("warm cache");
     }

@@ -249,15 +249,25 @@ fn snapshot_record(data: &Path) -> Option<std::path::PathBuf> {
 
 /// Bytes of the files under `dir`.
 fn disk_bytes(dir: &Path) -> u64 {
-    std::fs::read_dir(dir).map_or(0, |entries| {
-        entries
-            .flatten()
-            .map(|e| match e.file_type() {
-                Ok(t) if t.is_dir() => disk_bytes(&e.path()),
-                _ => e.metadata().map_or(0, |m| m.len()),
-            })
-            .sum()
-    })
+    // A file linked twice (a snapshot's BM25 files and a workspace's) is
+    // on disk once.
+    fn walk(dir: &Path, seen: &mut std::collections::HashSet<(u64, u64)>) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::read_dir(dir).map_or(0, |entries| {
+            entries
+                .flatten()
+                .map(|e| match e.file_type() {
+                    Ok(t) if t.is_dir() => walk(&e.path(), seen),
+                    _ => e
+                        .metadata()
+                        .ok()
+                        .filter(|m| seen.insert((m.dev(), m.ino())))
+                        .map_or(0, |m| m.len()),
+                })
+                .sum()
+        })
+    }
+    walk(dir, &mut std::collections::HashSet::new())
 }
 
 /// Builds the collection's indexes in this process and saves them as

@@ -3,6 +3,7 @@
 use crate::dense::{Dense, DenseParams, SearchPath};
 use crate::lexical::{AUTO_MAX_CHUNKS, Boosts, Entry, Lexical, LexicalUnit};
 use crate::snapshot::{self, Saved, read_chunks, sync_tree, write_chunks};
+use crate::workspace::WorkDir;
 use crate::{Chunk, DocHit, Hit, IndexError};
 use ragtime_core::{Cancel, Filter};
 use serde_json::Value;
@@ -78,6 +79,22 @@ pub struct CollectionIndex {
     version: AtomicU64,
     filter_cache: Mutex<HashMap<String, FilterEntry>>,
     last_used: AtomicU64,
+    /// The folder the lexical indexes live in (`None`: in memory); last,
+    /// so it is removed after they are closed.
+    _folder: Option<WorkDir>,
+}
+
+/// The lexical indexes' folders in a collection's [`WorkDir`].
+fn lexical_folders(
+    folder: Option<&WorkDir>,
+) -> (Option<std::path::PathBuf>, Option<std::path::PathBuf>) {
+    match folder {
+        None => (None, None),
+        Some(f) => (
+            Some(f.path().join(snapshot::CHUNKS_BM25)),
+            Some(f.path().join(snapshot::DOCUMENTS_BM25)),
+        ),
+    }
 }
 
 /// Within a document, the weight of a chunk's own BM25 score (scaled to
@@ -93,15 +110,28 @@ type FilterEntry = (u64, Arc<AllowedSet>);
 const FILTER_CACHE_ENTRIES: usize = 256;
 
 impl CollectionIndex {
+    /// An empty collection, every index in memory.
     pub fn new(dim: usize, params: DenseParams) -> Result<Self, IndexError> {
+        Self::new_in(dim, params, None)
+    }
+
+    /// An empty collection whose lexical indexes live in `folder` (in
+    /// memory when `None`).
+    pub fn new_in(
+        dim: usize,
+        params: DenseParams,
+        folder: Option<WorkDir>,
+    ) -> Result<Self, IndexError> {
+        let (chunks, documents) = lexical_folders(folder.as_ref());
         Ok(Self {
             corpus: RwLock::new(Corpus::default()),
             dense: Dense::new(dim, params),
-            lexical: Lexical::new()?,
-            documents: Lexical::new()?,
+            lexical: Lexical::new_in(chunks)?,
+            documents: Lexical::new_in(documents)?,
             version: AtomicU64::new(0),
             filter_cache: Mutex::new(HashMap::new()),
             last_used: AtomicU64::new(crate::now_ms()),
+            _folder: folder,
         })
     }
 
@@ -139,7 +169,8 @@ impl CollectionIndex {
     }
 
     /// An estimate of the memory the collection's indexes hold: chunk
-    /// texts and metadata, the vectors and graph, the BM25 segments.
+    /// texts and metadata, the vectors and graph, the BM25 segments held
+    /// in memory.
     pub fn memory_bytes(&self) -> usize {
         let texts: usize = {
             let corpus = self.corpus.read().unwrap_or_else(PoisonError::into_inner);
@@ -160,7 +191,7 @@ impl CollectionIndex {
     /// of them was read sits in the page cache, not in this process's
     /// heap; [`CollectionIndex::memory_bytes`] does not count them).
     pub fn mapped_bytes(&self) -> usize {
-        self.dense.mapped_bytes()
+        self.dense.mapped_bytes() + self.lexical.mapped_bytes() + self.documents.mapped_bytes()
     }
 
     /// Moves on every change: whether the collection changed since a look.
@@ -356,6 +387,13 @@ impl CollectionIndex {
         Allowed::Only(set)
     }
 
+    /// Sets the dense graph's search candidate list (`ef_search`) from now
+    /// on: wider finds more of the true nearest at a higher cost (the
+    /// vectors benchmark sweeps it on one built graph).
+    pub fn set_ef_search(&self, ef: usize) {
+        self.dense.set_ef_search(ef);
+    }
+
     /// Nearest chunks to a unit query vector among the allowed ones.
     pub fn dense_search(
         &self,
@@ -543,8 +581,15 @@ impl CollectionIndex {
         Ok(saved)
     }
 
-    /// The collection [`CollectionIndex::save`] wrote into `dir`.
-    pub fn load(dir: &Path, dim: usize, params: DenseParams) -> Result<Self, IndexError> {
+    /// The collection [`CollectionIndex::save`] wrote into `dir`, its
+    /// lexical indexes linked into `folder` and read there in place (read
+    /// into memory when `None`).
+    pub fn load(
+        dir: &Path,
+        dim: usize,
+        params: DenseParams,
+        folder: Option<WorkDir>,
+    ) -> Result<Self, IndexError> {
         let mut corpus = Corpus::default();
         read_chunks(&dir.join(snapshot::CHUNKS_FILE), |chunks| {
             let Some(first) = chunks.first() else {
@@ -567,14 +612,16 @@ impl CollectionIndex {
         let dense = Dense::load(dim, params, dir, |id| {
             corpus.chunks.contains_key(&(id as i64))
         })?;
+        let (chunks, documents) = lexical_folders(folder.as_ref());
         Ok(Self {
             corpus: RwLock::new(corpus),
             dense,
-            lexical: Lexical::load(&dir.join(snapshot::CHUNKS_BM25))?,
-            documents: Lexical::load(&dir.join(snapshot::DOCUMENTS_BM25))?,
+            lexical: Lexical::load(&dir.join(snapshot::CHUNKS_BM25), chunks)?,
+            documents: Lexical::load(&dir.join(snapshot::DOCUMENTS_BM25), documents)?,
             version: AtomicU64::new(0),
             filter_cache: Mutex::new(HashMap::new()),
             last_used: AtomicU64::new(crate::now_ms()),
+            _folder: folder,
         })
     }
 

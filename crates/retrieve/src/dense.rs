@@ -313,6 +313,9 @@ pub struct Dense {
     vectors: RwLock<Vectors>,
     /// Points still in the graph whose chunks are gone.
     deleted: RwLock<HashSet<usize>>,
+    /// The candidate list of an unfiltered graph search (`params.ef_search`
+    /// until set).
+    ef_search: std::sync::atomic::AtomicUsize,
 }
 
 fn new_graph(params: &DenseParams, capacity: usize) -> Graph {
@@ -379,7 +382,19 @@ impl Dense {
             graph: RwLock::new(None),
             vectors: RwLock::new(Vectors::new(dim)),
             deleted: RwLock::new(HashSet::new()),
+            ef_search: std::sync::atomic::AtomicUsize::new(params.ef_search),
         }
+    }
+
+    fn ef_search(&self) -> usize {
+        self.ef_search.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Sets the candidate list of graph searches from now on (a search
+    /// already running keeps its own).
+    pub fn set_ef_search(&self, ef: usize) {
+        self.ef_search
+            .store(ef.max(1), std::sync::atomic::Ordering::Relaxed);
     }
 
     /// An estimate of the memory the graph and the vectors hold: the
@@ -634,7 +649,7 @@ impl Dense {
             }
             Allowed::All => {
                 let q = quantize(query);
-                let ef = self.params.ef_search.max(k);
+                let ef = self.ef_search().max(k);
                 // The whole candidate list comes back to be rescored. The
                 // tombstones' lock is let go before rescoring takes the
                 // vectors' (writers take the vectors' first, then the
@@ -676,8 +691,8 @@ impl Dense {
                 } else {
                     let q = quantize(query);
                     let selectivity = set.len() as f32 / total.max(1) as f32;
-                    let ef = ((k as f32 / selectivity) as usize)
-                        .clamp(self.params.ef_search.max(k), 1024);
+                    let ef =
+                        ((k as f32 / selectivity) as usize).clamp(self.ef_search().max(k), 1024);
                     let keep = |id: &usize| set.binary_search(id).is_ok();
                     let ns = graph.search_filter(&q, ef, ef, Some(&keep));
                     (self.rescore(query, ns, k), SearchPath::FilteredGraph)

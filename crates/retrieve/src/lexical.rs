@@ -1,6 +1,16 @@
 //! BM25 with tantivy (English stemming) over entries with a title, a
 //! section path and a text: one index holds a collection's chunks, another
 //! its whole documents.
+//!
+//! An index lives in memory or, given a folder, on disk: tantivy's own
+//! `MmapDirectory`, so its postings sit in the page cache (which the
+//! kernel gives back under pressure), not the heap. A folder is this
+//! process's scratch space, never read by another run: the store is the
+//! durable record, a snapshot the saved copy. Saving hard-links the
+//! committed files into the snapshot (tantivy never rewrites a segment
+//! file, and replaces `meta.json` by a rename, so the link keeps the
+//! committed state); opening links a snapshot's files into a new folder.
+//! One copy on disk either way.
 
 use crate::IndexError;
 use ragtime_core::Cancel;
@@ -9,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use tantivy::collector::{Collector, FilterCollector, SegmentCollector, TopDocs};
 use tantivy::directory::error::OpenReadError;
-use tantivy::directory::{Directory, RamDirectory};
+use tantivy::directory::{Directory, MmapDirectory, RamDirectory};
 use tantivy::indexer::IndexWriterOptions;
 use tantivy::query::QueryParser;
 use tantivy::schema::{
@@ -83,6 +93,8 @@ struct Built {
 pub struct Lexical {
     schema: Schema,
     built: std::sync::OnceLock<Built>,
+    /// Where the index lives on disk (`None`: in memory).
+    folder: Option<PathBuf>,
     /// One write at a time. There is no writer between writes: a tantivy
     /// `IndexWriter` keeps an indexing thread, a segment updater and merge
     /// threads alive, six threads per collection for as long as it is open,
@@ -97,7 +109,9 @@ pub struct Lexical {
 }
 
 impl Lexical {
-    pub fn new() -> Result<Self, IndexError> {
+    /// An empty index in `folder` (made at the first write; in memory when
+    /// `None`).
+    pub fn new_in(folder: Option<PathBuf>) -> Result<Self, IndexError> {
         let mut schema = Schema::builder();
         let stemmed = TextOptions::default().set_indexing_options(
             TextFieldIndexing::default()
@@ -111,6 +125,7 @@ impl Lexical {
         Ok(Self {
             schema: schema.build(),
             built: std::sync::OnceLock::new(),
+            folder,
             writing: Mutex::new(()),
             id,
             title,
@@ -129,7 +144,17 @@ impl Lexical {
         let built = match self.built.get() {
             Some(b) => b,
             None => {
-                let index = Index::create_in_ram(self.schema.clone());
+                let index = match &self.folder {
+                    None => Index::create_in_ram(self.schema.clone()),
+                    Some(folder) => {
+                        std::fs::create_dir_all(folder)?;
+                        Index::create(
+                            MmapDirectory::open(folder).map_err(tantivy::TantivyError::from)?,
+                            self.schema.clone(),
+                            Default::default(),
+                        )?
+                    }
+                };
                 let reader = index
                     .reader_builder()
                     .reload_policy(ReloadPolicy::Manual)
@@ -150,9 +175,10 @@ impl Lexical {
         Ok(())
     }
 
-    /// Writes the index's files (its segments, `meta.json` and the list of
-    /// the files it manages) into `dir`, which exists and is empty. Nothing
-    /// is written for an index never written to.
+    /// Puts the index's committed files (its segments, `meta.json` and the
+    /// list of the files it manages) into `dir`, which exists and is
+    /// empty: hard links to an index on disk, copies of one in memory.
+    /// Nothing is written for an index never written to.
     pub fn save(&self, dir: &Path) -> Result<(), IndexError> {
         let _one = self.writing.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(built) = self.built.get() else {
@@ -163,6 +189,15 @@ impl Lexical {
         files.insert(PathBuf::from("meta.json"));
         files.insert(PathBuf::from(".managed.json"));
         for file in files {
+            if let Some(folder) = &self.folder {
+                let from = folder.join(&file);
+                if !from.exists() {
+                    // Listed but already merged away.
+                    continue;
+                }
+                link_or_copy(&from, &dir.join(&file))?;
+                continue;
+            }
             match directory.atomic_read(&file) {
                 Ok(bytes) => std::fs::write(dir.join(&file), bytes)?,
                 // Listed but already merged away.
@@ -173,20 +208,33 @@ impl Lexical {
         Ok(())
     }
 
-    /// An index from the files [`Lexical::save`] wrote into `dir`, held in
-    /// memory like one built here (an empty index when `dir` holds none).
-    pub fn load(dir: &Path) -> Result<Self, IndexError> {
-        let me = Self::new()?;
+    /// An index from the files [`Lexical::save`] wrote into `dir`: linked
+    /// into `folder` and read from there in place, or read into memory
+    /// when `folder` is `None` (an empty index when `dir` holds none).
+    pub fn load(dir: &Path, folder: Option<PathBuf>) -> Result<Self, IndexError> {
+        let me = Self::new_in(folder)?;
         if !dir.join("meta.json").is_file() {
             return Ok(me);
         }
-        let ram = RamDirectory::create();
-        for entry in std::fs::read_dir(dir)? {
-            let entry = entry?;
-            let bytes = std::fs::read(entry.path())?;
-            ram.atomic_write(Path::new(&entry.file_name()), &bytes)?;
-        }
-        let index = Index::open(ram)?;
+        let index = match &me.folder {
+            Some(folder) => {
+                std::fs::create_dir_all(folder)?;
+                for entry in std::fs::read_dir(dir)? {
+                    let entry = entry?;
+                    link_or_copy(&entry.path(), &folder.join(entry.file_name()))?;
+                }
+                Index::open(MmapDirectory::open(folder).map_err(tantivy::TantivyError::from)?)?
+            }
+            None => {
+                let ram = RamDirectory::create();
+                for entry in std::fs::read_dir(dir)? {
+                    let entry = entry?;
+                    let bytes = std::fs::read(entry.path())?;
+                    ram.atomic_write(Path::new(&entry.file_name()), &bytes)?;
+                }
+                Index::open(ram)?
+            }
+        };
         if index.schema() != me.schema {
             return Err(IndexError::Snapshot(format!(
                 "{}: the saved index has another schema",
@@ -202,13 +250,33 @@ impl Lexical {
     }
 
     /// The bytes the index's segments take (0 before the first write).
-    pub fn memory_bytes(&self) -> usize {
+    fn segment_bytes(&self) -> usize {
         self.built.get().map_or(0, |b| {
             b.reader
                 .searcher()
                 .space_usage()
                 .map_or(0, |u| u.total().get_bytes() as usize)
         })
+    }
+
+    /// The bytes of the index held in this process's heap (an index in
+    /// memory: all of it).
+    pub fn memory_bytes(&self) -> usize {
+        if self.folder.is_some() {
+            0
+        } else {
+            self.segment_bytes()
+        }
+    }
+
+    /// The bytes of the index read in place from its files (an index on
+    /// disk: all of it).
+    pub fn mapped_bytes(&self) -> usize {
+        if self.folder.is_some() {
+            self.segment_bytes()
+        } else {
+            0
+        }
     }
 
     /// Removes the entries `remove` names and adds `add`, in one commit.
@@ -296,6 +364,12 @@ impl Lexical {
         }
         Ok(hits)
     }
+}
+
+/// Hard-links `from` at `to`, or copies it where a link cannot be made
+/// (another file system).
+fn link_or_copy(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::hard_link(from, to).or_else(|_| std::fs::copy(from, to).map(drop))
 }
 
 /// A collector that stops taking documents once its request is cancelled.

@@ -1,8 +1,10 @@
-//! In-memory retrieval indexes, one set per collection, built from the
-//! store or loaded from a snapshot of them (`snapshot`): a filtered HNSW (`hnsw_rs`, dot product on unit vectors =
-//! cosine) over the chunks, and BM25 indexes (`tantivy`, English stemming)
-//! over the same chunks and over whole documents, with the same metadata
-//! filters.
+//! Retrieval indexes, one set per collection, built from the store or
+//! opened from a snapshot of them (`snapshot`): a filtered HNSW
+//! (`hnsw_rs`, dot product on unit vectors = cosine) over the chunks, and
+//! BM25 indexes (`tantivy`, English stemming) over the same chunks and
+//! over whole documents, with the same metadata filters. Given a
+//! [`Workspace`], the BM25 indexes live on disk, memory-mapped; the
+//! vectors opened from a snapshot are read from it in place.
 //!
 //! Filters are evaluated before the vector search: the filter picks the
 //! allowed chunks (per document, cached per corpus version), then the HNSW
@@ -13,11 +15,13 @@ mod collection;
 mod dense;
 mod lexical;
 mod snapshot;
+mod workspace;
 
 pub use collection::{Allowed, AllowedSet, CollectionIndex, in_document_score};
 pub use dense::{CLIP_SIGMAS, DenseParams, SearchPath, dot_i8, quantize_at};
 pub use lexical::{AUTO_MAX_CHUNKS, Boosts, LexicalUnit};
 pub use snapshot::Saved;
+pub use workspace::{WorkDir, Workspace};
 
 use ragtime_core::Filter;
 pub use ragtime_core::{Chunk, DocHit, Hit};
@@ -43,6 +47,8 @@ pub struct Indexes {
     dim: usize,
     params: DenseParams,
     collections: RwLock<HashMap<String, Arc<CollectionIndex>>>,
+    /// Where new collections' lexical indexes live (`None`: in memory).
+    workspace: Option<Workspace>,
 }
 
 impl Indexes {
@@ -51,7 +57,33 @@ impl Indexes {
             dim,
             params,
             collections: RwLock::new(HashMap::new()),
+            workspace: None,
         }
+    }
+
+    /// Collections made from now on keep their lexical indexes in
+    /// `workspace`, on disk.
+    pub fn with_workspace(mut self, workspace: Workspace) -> Self {
+        self.workspace = Some(workspace);
+        self
+    }
+
+    /// A new folder for one collection's on-disk indexes: `None` (in
+    /// memory) without a workspace, or where the folder cannot be made (a
+    /// full or read-only disk costs memory, not the collection).
+    pub fn folder(&self) -> Option<WorkDir> {
+        let w = self.workspace.as_ref()?;
+        w.folder()
+            .inspect_err(|e| {
+                tracing::warn!(path = %w.root().display(), error = %e, "no folder for a collection's indexes; they stay in memory");
+            })
+            .ok()
+    }
+
+    /// A new, empty collection index (not put in place), in this set's
+    /// workspace if it has one.
+    pub fn create(&self) -> Result<CollectionIndex, IndexError> {
+        CollectionIndex::new_in(self.dim, self.params, self.folder())
     }
 
     pub fn dim(&self) -> usize {
@@ -79,7 +111,7 @@ impl Indexes {
         if let Some(c) = map.get(name) {
             return Ok(c.clone());
         }
-        let c = Arc::new(CollectionIndex::new(self.dim, self.params)?);
+        let c = Arc::new(self.create()?);
         map.insert(name.to_owned(), c.clone());
         Ok(c)
     }

@@ -601,7 +601,7 @@ fn a_saved_collection_loads_with_the_same_answers_and_keeps_changing() {
     let dir = tempfile::tempdir().expect("tempdir");
     let saved = idx.save(dir.path()).expect("save");
     assert_eq!((saved.chunks, saved.documents), (n - 60, (n - 60) / 3));
-    let loaded = CollectionIndex::load(dir.path(), dim, params).expect("load");
+    let loaded = CollectionIndex::load(dir.path(), dim, params, None).expect("load");
     assert_eq!(
         (loaded.len(), loaded.documents()),
         (idx.len(), idx.documents())
@@ -673,14 +673,14 @@ fn saved(
 fn a_damaged_snapshot_is_an_error_not_a_wrong_index() {
     let dim = 8;
     let (_, _, dir) = saved(300, dim, 5, DenseParams::default());
-    let wrong_dim = CollectionIndex::load(dir.path(), 16, DenseParams::default());
+    let wrong_dim = CollectionIndex::load(dir.path(), 16, DenseParams::default(), None);
     assert!(wrong_dim.is_err(), "another dimension is refused");
     std::fs::write(
         dir.path().join("chunks.jsonl"),
         "{\"document_id\": 1, trailing",
     )
     .expect("write");
-    let err = CollectionIndex::load(dir.path(), dim, DenseParams::default())
+    let err = CollectionIndex::load(dir.path(), dim, DenseParams::default(), None)
         .err()
         .expect("an error");
     assert!(err.to_string().contains("chunks.jsonl line 1"), "{err}");
@@ -693,7 +693,7 @@ fn damaged_or_missing_full_precision_vectors_are_an_error() {
     let file = dir.path().join("dense.vectors");
     let whole = std::fs::read(&file).expect("the vectors are saved beside the graph");
     assert_eq!(whole.len(), 24 + 300 * (8 + dim * 4), "one copy of each");
-    assert!(CollectionIndex::load(dir.path(), dim, DenseParams::default()).is_ok());
+    assert!(CollectionIndex::load(dir.path(), dim, DenseParams::default(), None).is_ok());
     for (what, bytes) in [
         ("truncated", whole[..whole.len() - 5].to_vec()),
         (
@@ -707,7 +707,7 @@ fn damaged_or_missing_full_precision_vectors_are_an_error() {
         ),
     ] {
         std::fs::write(&file, &bytes).expect("write");
-        let err = CollectionIndex::load(dir.path(), dim, DenseParams::default())
+        let err = CollectionIndex::load(dir.path(), dim, DenseParams::default(), None)
             .err()
             .unwrap_or_else(|| panic!("a {what} vectors file was served"));
         eprintln!("{what}: {err}");
@@ -715,13 +715,13 @@ fn damaged_or_missing_full_precision_vectors_are_an_error() {
     // Another index's vectors: the same ids, dimension and length.
     let (_, _, other) = saved(300, dim, 66, DenseParams::default());
     std::fs::copy(other.path().join("dense.vectors"), &file).expect("copy");
-    let err = CollectionIndex::load(dir.path(), dim, DenseParams::default())
+    let err = CollectionIndex::load(dir.path(), dim, DenseParams::default(), None)
         .err()
         .expect("another index's vectors were served");
     assert!(err.to_string().contains("not the one"), "{err}");
     std::fs::remove_file(&file).expect("remove");
     assert!(
-        CollectionIndex::load(dir.path(), dim, DenseParams::default()).is_err(),
+        CollectionIndex::load(dir.path(), dim, DenseParams::default(), None).is_err(),
         "a graph without its vectors was served"
     );
 }
@@ -734,7 +734,7 @@ fn an_opened_index_reads_its_vectors_in_place_and_keeps_changing() {
         ..DenseParams::default()
     };
     let (idx, _, dir) = saved(n, dim, 12, params);
-    let opened = CollectionIndex::load(dir.path(), dim, params).expect("load");
+    let opened = CollectionIndex::load(dir.path(), dim, params, None).expect("load");
     // The full-precision vectors stay in the file: the heap holds at least
     // their bytes less than the index that wrote them.
     assert!(
@@ -775,7 +775,7 @@ fn an_opened_index_reads_its_vectors_in_place_and_keeps_changing() {
     let again = tempfile::tempdir().expect("tempdir");
     opened.save(again.path()).expect("save again");
     drop(dir);
-    let reopened = CollectionIndex::load(again.path(), dim, params).expect("reload");
+    let reopened = CollectionIndex::load(again.path(), dim, params, None).expect("reload");
     for q in &queries {
         assert_eq!(top(&reopened, q), top(&opened, q));
     }
@@ -833,4 +833,172 @@ fn searches_and_writes_together_never_wait_on_each_other() {
             .recv_timeout(std::time::Duration::from_secs(120))
             .expect("searches and writes deadlocked");
     }
+}
+
+/// Every file under `dir` by its path, with its inode and bytes.
+fn files(dir: &std::path::Path) -> std::collections::BTreeMap<String, (u64, Vec<u8>)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir(dir)
+        .expect("read dir")
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .map(|e| {
+            let meta = e.metadata().expect("metadata");
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                (meta.ino(), std::fs::read(e.path()).expect("read")),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn lexical_indexes_on_disk_answer_as_in_memory_and_share_their_files_with_the_snapshot() {
+    let (n, dim) = (600, 16);
+    let vs = vectors(n + 50, dim, 31);
+    let params = DenseParams::default();
+    let work = tempfile::tempdir().expect("tempdir");
+    let workspace = ragtime_retrieve::Workspace::new(work.path().join("ws")).expect("workspace");
+    let folder = workspace.folder().expect("folder");
+    let folder_path = folder.path().to_owned();
+    let on_disk = CollectionIndex::new_in(dim, params, Some(folder)).expect("on disk");
+    let in_memory = CollectionIndex::new(dim, params).expect("in memory");
+    let words = ["glacier", "basalt", "lichen", "delta", "moraine", "fjord"];
+    let chunk = |i: usize| {
+        part(
+            i as i64 + 1,
+            (i / 2) as i64 + 1,
+            (i % 2) as i32,
+            &format!("Title {}", i / 2),
+            &format!(
+                "{} {} rock number {i}",
+                words[i % words.len()],
+                words[(i / 7) % words.len()]
+            ),
+            // Metadata is a document's: the same on both its chunks.
+            json!({"group": (i / 2) % 3}),
+        )
+    };
+    for idx in [&on_disk, &in_memory] {
+        // Two writes and a removal: several segments and deletes.
+        idx.add((0..n / 2).map(|i| (chunk(i), vs[i].clone())).collect())
+            .expect("add");
+        idx.add((n / 2..n).map(|i| (chunk(i), vs[i].clone())).collect())
+            .expect("add");
+        idx.remove(&(1..=40).collect::<Vec<_>>()).expect("remove");
+    }
+    // Every match with its score (not a top k: equal scores may come in
+    // another order from another segment layout), by id.
+    let answers = |idx: &CollectionIndex| -> Vec<String> {
+        let cancel = Cancel::new();
+        let some = idx.allowed(&ragtime_retrieve::parse_filter(&json!({"group": 1})).expect("f"));
+        let mut out = Vec::new();
+        for q in [
+            "glacier basalt",
+            "lichen rock",
+            "fjord number 77",
+            "moraine",
+        ] {
+            for allowed in [&Allowed::All, &some] {
+                let mut lex = idx
+                    .lexical_search(q, 10_000, allowed, &cancel)
+                    .expect("lex");
+                lex.sort_by_key(|h| h.chunk_id);
+                out.push(format!(
+                    "{:?}",
+                    lex.iter()
+                        .map(|h| (h.chunk_id, h.score))
+                        .collect::<Vec<_>>()
+                ));
+                let mut docs = idx
+                    .document_search(
+                        q,
+                        10_000,
+                        allowed,
+                        ragtime_retrieve::Boosts::DOCUMENTS,
+                        None,
+                        2,
+                        &cancel,
+                    )
+                    .expect("documents");
+                docs.sort_by_key(|d| d.document_id);
+                out.push(format!(
+                    "{:?}",
+                    docs.iter()
+                        .map(|d| (
+                            d.document_id,
+                            d.score,
+                            d.chunks.iter().map(|c| c.chunk_id).collect::<Vec<_>>()
+                        ))
+                        .collect::<Vec<_>>()
+                ));
+            }
+        }
+        out
+    };
+    let before = answers(&in_memory);
+    assert!(
+        before.iter().any(|a| a.len() > 10),
+        "the queries match something"
+    );
+    assert_eq!(answers(&on_disk), before, "the same answers from disk");
+    // The postings are read in place, not held on the heap.
+    assert!(on_disk.mapped_bytes() > 0);
+    assert_eq!(in_memory.mapped_bytes(), 0);
+    // (Within a few bytes: tantivy's segment files differ slightly between
+    // two indexes of the same documents.)
+    let (heap, mapped, all) = (
+        on_disk.memory_bytes(),
+        on_disk.mapped_bytes(),
+        in_memory.memory_bytes(),
+    );
+    assert!(
+        (heap + mapped).abs_diff(all) * 100 < mapped,
+        "what one holds on the heap, the other maps: {heap} + {mapped} against {all}"
+    );
+    // Saved: the snapshot's index files are the folder's own (hard links).
+    let snap = tempfile::tempdir().expect("tempdir");
+    on_disk.save(snap.path()).expect("save");
+    let saved = files(&snap.path().join("chunks-bm25"));
+    let live = files(&folder_path.join("chunks-bm25"));
+    assert!(saved.len() > 3, "{:?}", saved.keys());
+    for (name, (ino, _)) in &saved {
+        assert_eq!(
+            live.get(name).map(|f| f.0),
+            Some(*ino),
+            "{name} is linked, not copied"
+        );
+    }
+    // Written after the save: the snapshot's files do not change.
+    on_disk
+        .add((n..n + 50).map(|i| (chunk(i), vs[i].clone())).collect())
+        .expect("add after the save");
+    on_disk.remove(&[41, 42]).expect("remove after the save");
+    assert_eq!(files(&snap.path().join("chunks-bm25")), saved);
+    assert!(
+        answers(&on_disk) != before,
+        "the live index moved on (the check above could not fail otherwise)"
+    );
+
+    // Opened into a new folder: the state the snapshot holds, even after
+    // the index that wrote it and its folder are gone.
+    drop(on_disk);
+    assert!(!folder_path.exists(), "a dropped index's folder is removed");
+    let opened = CollectionIndex::load(
+        snap.path(),
+        dim,
+        params,
+        Some(workspace.folder().expect("folder")),
+    )
+    .expect("open");
+    drop(snap);
+    assert_eq!(answers(&opened), before);
+    assert!(opened.mapped_bytes() > 0);
+    // And it keeps changing like the in-memory one.
+    for idx in [&opened, &in_memory] {
+        idx.add((n..n + 50).map(|i| (chunk(i), vs[i].clone())).collect())
+            .expect("add");
+        idx.remove(&[41, 42]).expect("remove");
+    }
+    assert_eq!(answers(&opened), answers(&in_memory));
 }

@@ -79,14 +79,30 @@ pub struct Resident {
     /// This engine's name among the replicas that keep the change log
     /// from being trimmed past them.
     pub(super) replica: String,
+    /// Held while the engine lives: its workspace is a live run's.
+    _workspace_lock: Option<std::fs::File>,
 }
 
 impl Resident {
     pub(super) fn new(shared: Arc<Shared>, dim: usize, options: Options) -> Self {
+        let mut indexes = Indexes::new(dim, ragtime_retrieve::DenseParams::default());
+        let mut workspace_lock = None;
+        if let Some(cfg) = &options.snapshots {
+            match snapshots::workspace(&cfg.dir) {
+                Ok((workspace, lock)) => {
+                    indexes = indexes.with_workspace(workspace);
+                    workspace_lock = Some(lock);
+                }
+                Err(e) => {
+                    tracing::warn!(path = %cfg.dir.display(), error = %e, "no workspace for the indexes; they stay in memory")
+                }
+            }
+        }
         Self {
+            _workspace_lock: workspace_lock,
             store: shared.store.clone(),
             shared,
-            indexes: Indexes::new(dim, ragtime_retrieve::DenseParams::default()),
+            indexes,
             preload: options.preload,
             lexical_unit: options.lexical_unit,
             loaded_ids: std::sync::Mutex::default(),
@@ -300,10 +316,7 @@ impl Resident {
             return Ok(idx);
         }
         let items = index_items(self.store.index_chunks_in(coll_id).await?);
-        let idx = Arc::new(CollectionIndex::new(
-            self.indexes.dim(),
-            self.indexes.params(),
-        )?);
+        let idx = Arc::new(self.indexes.create()?);
         tokio::task::block_in_place(|| idx.add(items))?;
         lock(&self.snapshots.saved).remove(&coll_id);
         Ok(idx)

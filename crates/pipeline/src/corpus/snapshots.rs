@@ -16,6 +16,14 @@
 //! Snapshots are a cache of the store: any that cannot be trusted is
 //! removed and the collection loads from the store.
 //!
+//! The same folder holds this run's workspace, `work-<run>/`: the
+//! loaded collections' lexical indexes, on disk and memory-mapped
+//! ([`ragtime_retrieve::Workspace`]). A save hard-links their committed
+//! files into the snapshot and a load links a snapshot's into the
+//! workspace: one copy on disk. A workspace is never read by another run;
+//! it is removed when its engine is dropped, and the next start removes a
+//! dead run's (its lock free).
+//!
 //! Whether a save or a load is still under way is told by a lock, not a
 //! pid: in a container the server is PID 1 at every start, so a pid cannot
 //! tell a crashed run's leftovers from the live one's. The saver holds an
@@ -77,6 +85,7 @@ pub const FORMAT: u32 = 3;
 
 const SAVING: &str = ".saving-";
 const LOADING: &str = "loading-";
+const WORK: &str = "work-";
 
 /// This process's run token (see the module docs).
 fn run_token() -> &'static str {
@@ -276,6 +285,26 @@ impl Drop for Loading {
     }
 }
 
+/// This run's workspace under `root`, and its lock (held for as long as
+/// the run serves from it); dead runs' workspaces are removed first.
+pub fn workspace(root: &Path) -> std::io::Result<(ragtime_retrieve::Workspace, std::fs::File)> {
+    std::fs::create_dir_all(root)?;
+    for entry in std::fs::read_dir(root)?.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with(WORK)
+            && !held(&entry.path())
+            && let Err(e) = std::fs::remove_dir_all(entry.path())
+        {
+            tracing::warn!(path = %entry.path().display(), error = %e, "could not remove a dead run's indexes");
+        }
+    }
+    // Named afresh for each engine: two in one process (tests) never share.
+    let dir = root.join(format!("{WORK}{}", uuid::Uuid::new_v4().simple()));
+    let workspace = ragtime_retrieve::Workspace::new(&dir)?;
+    let lock = hold(&dir)?;
+    Ok((workspace, lock))
+}
+
 /// Removes a collection's snapshots.
 pub fn remove(root: &Path, collection_id: i64) {
     let dir = collection_dir(root, collection_id);
@@ -455,12 +484,14 @@ impl Resident {
         // truncated file): the next start then refuses the snapshot.
         let loading = Loading::begin(dir).map_err(untrusted)?;
         let (dir, dim, params) = (dir.to_owned(), self.indexes.dim(), self.indexes.params());
+        let folder = self.indexes.folder();
         // On a blocking thread: a panic in the graph's loader is then an
         // error here, not the process's end.
-        let idx = tokio::task::spawn_blocking(move || CollectionIndex::load(&dir, dim, params))
-            .await
-            .map_err(|e| untrusted(format!("loading panicked: {e}")))?
-            .map_err(|e| untrusted(e.to_string()))?;
+        let idx =
+            tokio::task::spawn_blocking(move || CollectionIndex::load(&dir, dim, params, folder))
+                .await
+                .map_err(|e| untrusted(format!("loading panicked: {e}")))?
+                .map_err(|e| untrusted(e.to_string()))?;
         drop(loading);
         if idx.len() != meta.chunks || idx.documents() != meta.documents {
             return Err(untrusted(format!(

@@ -375,7 +375,8 @@ struct Server {
 }
 
 impl Server {
-    async fn start(data: &std::path::Path, llm: &str) -> Server {
+    /// Started with `env` (configuration) over the defaults.
+    async fn start_with(data: &std::path::Path, llm: &str, env: &[(&str, &str)]) -> Server {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("free port")
@@ -388,6 +389,7 @@ impl Server {
             .env("RUST_LOG", "warn")
             .env_remove("RAGTIME__DATABASE_URL")
             .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .envs(env.iter().copied())
             .stdout(std::process::Stdio::null())
             .spawn()
             .expect("start ragtime serve");
@@ -453,6 +455,49 @@ impl Drop for Server {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_killed_mid_way_keeps_every_counted_document_whole_and_searchable() {
+    killed_mid_way(&[]).await;
+}
+
+/// The same with the collection's indexes saved every second while the
+/// job writes: the kill lands among BM25 commits on disk and snapshot
+/// saves, and the next start opens the newest snapshot and replays the
+/// change log after it — exactly what the store acknowledged again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_amid_index_commits_and_saves_the_next_start_serves_exactly_the_store() {
+    killed_mid_way(&[
+        ("RAGTIME__SNAPSHOTS__MIN_CHUNKS", "1"),
+        ("RAGTIME__SNAPSHOTS__EVERY_S", "1"),
+        ("RAGTIME__ADMIN_KEY", ADMIN_KEY),
+    ])
+    .await;
+}
+
+const ADMIN_KEY: &str = "kill-test-admin-key-0123";
+
+/// Whether a complete snapshot of some collection is under `data`.
+fn has_snapshot(data: &std::path::Path) -> bool {
+    std::fs::read_dir(data.join("indexes"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|c| c.file_name().to_string_lossy().parse::<i64>().is_ok())
+        .flat_map(|c| std::fs::read_dir(c.path()).into_iter().flatten().flatten())
+        .any(|s| s.path().join("snapshot.json").is_file())
+}
+
+/// A lexical search for document `i`'s marker word.
+async fn marker_search(server: &Server, i: i64) -> Value {
+    let (status, found) = server
+        .post(
+            "/v1/search",
+            &json!({"collection": "crash", "query": format!("marker{i}x"), "mode": "lexical"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{found}");
+    found
+}
+
+async fn killed_mid_way(env: &[(&str, &str)]) {
     let fake = crate::fake_llm::FakeLlm::start(crate::fake_llm::Behaviour::Answer {
         tokens: 3,
         gap: Duration::from_millis(1),
@@ -469,7 +514,7 @@ async fn a_job_killed_mid_way_keeps_every_counted_document_whole_and_searchable(
             .map(|i| json!({"id": format!("d{i}"), "text": format!("Record {i} marker{i}x. {filler}")}))
             .collect::<Vec<_>>(),
     });
-    let mut server = Server::start(data.path(), &fake.base_url).await;
+    let mut server = Server::start_with(data.path(), &fake.base_url, env).await;
     let (status, created) = server.post("/v1/documents", &upload).await;
     assert_eq!(status, 202, "{created}");
     let id = created["id"].as_str().expect("id").to_owned();
@@ -486,11 +531,50 @@ async fn a_job_killed_mid_way_keeps_every_counted_document_whole_and_searchable(
             j["documents"]["done"].as_i64().unwrap_or(0) >= 64
         })
         .await;
+    let saving = env.iter().any(|(k, _)| k.contains("SNAPSHOTS"));
+    if saving {
+        let t = Instant::now();
+        while !has_snapshot(data.path()) {
+            assert!(t.elapsed() < Duration::from_secs(30), "no snapshot saved");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
     server.child.kill().expect("SIGKILL");
     let _ = server.child.wait();
     drop(server);
+    let workspaces = || -> Vec<String> {
+        std::fs::read_dir(data.path().join("indexes"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("work-"))
+            .collect()
+    };
+    let dead = workspaces();
+    assert_eq!(dead.len(), 1, "the killed run's BM25 indexes: {dead:?}");
 
-    let server = Server::start(data.path(), &fake.base_url).await;
+    let server = Server::start_with(data.path(), &fake.base_url, env).await;
+    let live = workspaces();
+    assert!(
+        live.len() == 1 && live != dead,
+        "the dead run's workspace is removed, never read: {dead:?} then {live:?}"
+    );
+    if saving {
+        let stats: Value = reqwest::Client::new()
+            .get(format!("{}/admin/stats", server.base))
+            .bearer_auth(ADMIN_KEY)
+            .send()
+            .await
+            .expect("stats")
+            .json()
+            .await
+            .expect("json");
+        assert_eq!(
+            stats["collections"]["loaded_from_snapshots"], 1,
+            "opened from the snapshot saved before the kill: {stats}"
+        );
+    }
     // Nobody beats for it any more: it reads as interrupted, and says how
     // far it got.
     let j = server
@@ -522,13 +606,7 @@ async fn a_job_killed_mid_way_keeps_every_counted_document_whole_and_searchable(
             Some(per_document as usize),
             "d{i}"
         );
-        let (status, found) = server
-            .post(
-                "/v1/search",
-                &json!({"collection": "crash", "query": format!("marker{i}x"), "mode": "lexical"}),
-            )
-            .await;
-        assert_eq!(status, 200, "{found}");
+        let found = marker_search(&server, i).await;
         assert_eq!(
             found["results"][0]["document_id"],
             format!("d{i}"),
@@ -539,6 +617,16 @@ async fn a_job_killed_mid_way_keeps_every_counted_document_whole_and_searchable(
         .get(&format!("/v1/documents/d{done}?collection=crash"))
         .await;
     assert_eq!(status, 404);
+    // And nothing past it is found (no index holds what the store lost).
+    for i in [done, done + 1, n as i64 - 1] {
+        let found = marker_search(&server, i).await;
+        assert!(
+            found["results"]
+                .as_array()
+                .is_some_and(|r| r.iter().all(|h| h["document_id"] != format!("d{i}"))),
+            "d{i} was never stored: {found}"
+        );
+    }
     // The same upload again finishes the rest and re-embeds nothing done.
     let (status, again) = server.post("/v1/documents", &upload).await;
     assert_eq!(status, 202, "{again}");

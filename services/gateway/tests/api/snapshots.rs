@@ -99,13 +99,18 @@ async fn the_next_start_loads_the_saved_indexes_and_the_writes_after_them() {
         .expect("delete");
     assert_eq!(r.status(), 200);
     assert_eq!(loaded_from_snapshots(&a).await, 0);
-    assert_eq!(
-        mapped_bytes(&a).await,
-        (0, 0),
-        "built from the store: nothing read in place"
-    );
+    // Built from the store: its BM25 indexes are on disk, read in place.
+    let (built, built_total) = mapped_bytes(&a).await;
+    assert!(built > 0, "the lexical indexes are mapped");
+    assert_eq!(built, built_total);
     let data = a.shutdown_keep_data().await;
     assert_eq!(records(data.path()).len(), 1);
+    // A dead run's workspace (its lock free) is removed at the next start.
+    let dead = data
+        .path()
+        .join("indexes/work-0123456789abcdef/0/chunks-bm25");
+    std::fs::create_dir_all(&dead).expect("mkdir");
+    std::fs::write(dead.join("meta.json"), b"{}").expect("write");
 
     let b = app().data_dir(data.path()).spawn().await;
     assert_eq!(
@@ -116,14 +121,14 @@ async fn the_next_start_loads_the_saved_indexes_and_the_writes_after_them() {
     // Opened from the snapshot: its vectors are read in place, and the
     // collection, the totals and /metrics say how many bytes.
     let (collection, total) = mapped_bytes(&b).await;
-    assert!(collection > 0, "the vectors file is mapped");
-    assert_eq!(collection, total);
-    let metrics = b.get("/metrics").await.text().await.expect("metrics");
     assert!(
-        metrics
-            .lines()
-            .any(|l| l == format!("ragtime_index_mapped_bytes {total}")),
-        "{metrics}"
+        collection > built,
+        "the vectors file is mapped too: {collection} against {built}"
+    );
+    assert_eq!(collection, total);
+    assert!(
+        !data.path().join("indexes/work-0123456789abcdef").exists(),
+        "a dead run's workspace stays"
     );
     let search = |q: &str| json!({"collection": "notes", "query": q, "top_k": 5, "rerank": false});
     assert_eq!(
