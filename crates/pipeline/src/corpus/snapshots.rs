@@ -86,6 +86,7 @@ pub const FORMAT: u32 = 3;
 const SAVING: &str = ".saving-";
 const LOADING: &str = "loading-";
 const WORK: &str = "work-";
+const MAKING_WORK: &str = ".making-work-";
 
 /// This process's run token (see the module docs).
 fn run_token() -> &'static str {
@@ -291,7 +292,7 @@ pub fn workspace(root: &Path) -> std::io::Result<(ragtime_retrieve::Workspace, s
     std::fs::create_dir_all(root)?;
     for entry in std::fs::read_dir(root)?.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with(WORK)
+        if (name.starts_with(WORK) || name.starts_with(MAKING_WORK))
             && !held(&entry.path())
             && let Err(e) = std::fs::remove_dir_all(entry.path())
         {
@@ -299,9 +300,15 @@ pub fn workspace(root: &Path) -> std::io::Result<(ragtime_retrieve::Workspace, s
         }
     }
     // Named afresh for each engine: two in one process (tests) never share.
-    let dir = root.join(format!("{WORK}{}", uuid::Uuid::new_v4().simple()));
+    // Made and locked under a name no clean-up takes, then renamed into
+    // place (the lock goes with it): another start never sees it unlocked.
+    let token = uuid::Uuid::new_v4().simple().to_string();
+    let making = root.join(format!("{MAKING_WORK}{token}"));
+    std::fs::create_dir(&making)?;
+    let lock = hold(&making)?;
+    let dir = root.join(format!("{WORK}{token}"));
+    std::fs::rename(&making, &dir)?;
     let workspace = ragtime_retrieve::Workspace::new(&dir)?;
-    let lock = hold(&dir)?;
     Ok((workspace, lock))
 }
 
