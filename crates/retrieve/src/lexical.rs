@@ -146,14 +146,11 @@ impl Lexical {
             None => {
                 let index = match &self.folder {
                     None => Index::create_in_ram(self.schema.clone()),
-                    Some(folder) => {
-                        std::fs::create_dir_all(folder)?;
-                        Index::create(
-                            MmapDirectory::open(folder).map_err(tantivy::TantivyError::from)?,
-                            self.schema.clone(),
-                            Default::default(),
-                        )?
-                    }
+                    Some(folder) => Index::create(
+                        open_folder(folder)?,
+                        self.schema.clone(),
+                        Default::default(),
+                    )?,
                 };
                 let reader = index
                     .reader_builder()
@@ -216,25 +213,19 @@ impl Lexical {
         if !dir.join("meta.json").is_file() {
             return Ok(me);
         }
-        let index = match &me.folder {
-            Some(folder) => {
-                std::fs::create_dir_all(folder)?;
-                for entry in std::fs::read_dir(dir)? {
-                    let entry = entry?;
-                    link_or_copy(&entry.path(), &folder.join(entry.file_name()))?;
-                }
-                Index::open(MmapDirectory::open(folder).map_err(tantivy::TantivyError::from)?)?
-            }
-            None => {
-                let ram = RamDirectory::create();
-                for entry in std::fs::read_dir(dir)? {
-                    let entry = entry?;
-                    let bytes = std::fs::read(entry.path())?;
-                    ram.atomic_write(Path::new(&entry.file_name()), &bytes)?;
-                }
-                Index::open(ram)?
-            }
+        let directory: Box<dyn Directory> = match &me.folder {
+            Some(folder) => Box::new(open_folder(folder)?),
+            None => Box::new(RamDirectory::create()),
         };
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            match &me.folder {
+                Some(folder) => link_or_copy(&entry.path(), &folder.join(entry.file_name()))?,
+                None => directory
+                    .atomic_write(Path::new(&entry.file_name()), &std::fs::read(entry.path())?)?,
+            }
+        }
+        let index = Index::open(directory)?;
         if index.schema() != me.schema {
             return Err(IndexError::Snapshot(format!(
                 "{}: the saved index has another schema",
@@ -364,6 +355,12 @@ impl Lexical {
         }
         Ok(hits)
     }
+}
+
+/// The tantivy directory on disk at `folder` (made if missing).
+fn open_folder(folder: &Path) -> Result<MmapDirectory, IndexError> {
+    std::fs::create_dir_all(folder)?;
+    Ok(MmapDirectory::open(folder).map_err(tantivy::TantivyError::from)?)
 }
 
 /// Hard-links `from` at `to`, or copies it where a link cannot be made

@@ -474,17 +474,6 @@ async fn killed_amid_index_commits_and_saves_the_next_start_serves_exactly_the_s
 
 const ADMIN_KEY: &str = "kill-test-admin-key-0123";
 
-/// Whether a complete snapshot of some collection is under `data`.
-fn has_snapshot(data: &std::path::Path) -> bool {
-    std::fs::read_dir(data.join("indexes"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|c| c.file_name().to_string_lossy().parse::<i64>().is_ok())
-        .flat_map(|c| std::fs::read_dir(c.path()).into_iter().flatten().flatten())
-        .any(|s| s.path().join("snapshot.json").is_file())
-}
-
 /// A lexical search for document `i`'s marker word.
 async fn marker_search(server: &Server, i: i64) -> Value {
     let (status, found) = server
@@ -534,7 +523,7 @@ async fn killed_mid_way(env: &[(&str, &str)]) {
     let saving = env.iter().any(|(k, _)| k.contains("SNAPSHOTS"));
     if saving {
         let t = Instant::now();
-        while !has_snapshot(data.path()) {
+        while crate::snapshots::records(data.path()).is_empty() {
             assert!(t.elapsed() < Duration::from_secs(30), "no snapshot saved");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// The complete snapshot records under `data/indexes`.
-fn records(data: &Path) -> Vec<PathBuf> {
+pub(crate) fn records(data: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for coll in std::fs::read_dir(data.join("indexes"))
         .into_iter()
