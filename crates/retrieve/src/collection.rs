@@ -387,10 +387,11 @@ impl CollectionIndex {
         Allowed::Only(set)
     }
 
-    /// Sets the dense graph's search candidate list (`ef_search`) from now
-    /// on: wider finds more of the true nearest at a higher cost (the
-    /// vectors benchmark sweeps it on one built graph).
-    pub fn set_ef_search(&self, ef: usize) {
+    /// Fixes the dense graph's search candidate list (`ef_search`) from
+    /// now on, or (`None`) lets it follow the collection's size again:
+    /// wider finds more of the true nearest at a higher cost (the vectors
+    /// benchmark sweeps it on one built graph).
+    pub fn set_ef_search(&self, ef: Option<usize>) {
         self.dense.set_ef_search(ef);
     }
 

@@ -17,7 +17,8 @@ use ragtime_core::Cancel;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
-use tantivy::collector::{Collector, FilterCollector, SegmentCollector, TopDocs};
+use tantivy::collector::{Collector, SegmentCollector};
+use tantivy::columnar::Column;
 use tantivy::directory::error::OpenReadError;
 use tantivy::directory::{Directory, MmapDirectory, RamDirectory};
 use tantivy::indexer::IndexWriterOptions;
@@ -25,7 +26,10 @@ use tantivy::query::QueryParser;
 use tantivy::schema::{
     FAST, Field, INDEXED, IndexRecordOption, Schema, TextFieldIndexing, TextOptions,
 };
-use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, Term, doc};
+use tantivy::{
+    DocAddress, DocId, Index, IndexReader, IndexWriter, ReloadPolicy, Score, SegmentOrdinal,
+    SegmentReader, Term, doc,
+};
 
 /// Weights of a match in the title and in the section path against one in
 /// the text.
@@ -322,19 +326,14 @@ impl Lexical {
         // Lenient: user text is not query syntax; what cannot parse is dropped.
         let (q, _errors) = parser.parse_query_lenient(query);
         let searcher = built.reader.searcher();
-        let top = TopDocs::with_limit(k);
-        let docs = match allowed {
-            None => searcher.search(&q, &Stoppable::new(top.order_by_score(), cancel))?,
-            Some(set) => {
-                let set = set.clone();
-                let only = FilterCollector::new(
-                    "id".to_owned(),
-                    move |id: u64| set.binary_search(&(id as usize)).is_ok(),
-                    top.order_by_score(),
-                );
-                searcher.search(&q, &Stoppable::new(only, cancel))?
-            }
-        };
+        let docs = searcher.search(
+            &q,
+            &TopScored {
+                k,
+                allowed: allowed.cloned(),
+                cancel: cancel.clone(),
+            },
+        )?;
         // Ids from the fast field (a column read), not the stored document
         // (a block decompressed per hit).
         let mut columns: HashMap<u32, tantivy::columnar::Column<u64>> = HashMap::new();
@@ -369,38 +368,140 @@ fn link_or_copy(from: &Path, to: &Path) -> std::io::Result<()> {
     std::fs::hard_link(from, to).or_else(|_| std::fs::copy(from, to).map(drop))
 }
 
-/// A collector that stops taking documents once its request is cancelled.
-/// tantivy has no way to abort a search; this one skips the rest of the
-/// work it controls (every segment not yet begun, and the collection of
-/// matches in the current one).
-struct Stoppable<C> {
-    inner: C,
+/// The `k` best-scoring documents of a search, among the allowed ids
+/// (sorted; all when `None`), until `cancel` fires.
+///
+/// Written here rather than wrapping tantivy's `TopDocs` because a wrapper
+/// loses what makes a top-k search fast: `TopDocs` walks a segment with
+/// `for_each_pruning` (block-max WAND: blocks of postings that cannot beat
+/// the k-th best score are skipped), and any other collector is fed every
+/// match. A query of common words matches most of a large collection, so
+/// the wrapped search scored every chunk of it. This one prunes too, and
+/// keeps what the wrapper did: the filter (a document that is not allowed
+/// leaves the threshold as it was) and the cancel flag (looked at before
+/// each segment and every few hundred documents scored; once it fires the
+/// threshold becomes infinite, which ends the walk).
+struct TopScored {
+    k: usize,
+    allowed: Option<Arc<Vec<usize>>>,
     cancel: Cancel,
 }
 
-impl<C> Stoppable<C> {
-    fn new(inner: C, cancel: &Cancel) -> Self {
-        Self {
-            inner,
-            cancel: cancel.clone(),
-        }
+/// Documents scored between two looks at the cancel flag.
+const CHECK_EVERY: u32 = 256;
+
+/// A segment's best documents so far: the worst of them on top.
+struct SegmentTop {
+    k: usize,
+    /// (score, doc): the heap's top is the lowest score, and among equal
+    /// scores the highest doc id (a later document does not displace an
+    /// earlier one of the same score).
+    heap: std::collections::BinaryHeap<std::cmp::Reverse<(Scored, std::cmp::Reverse<DocId>)>>,
+    ord: SegmentOrdinal,
+    ids: Option<(Column<u64>, Arc<Vec<usize>>)>,
+    alive: Option<tantivy::fastfield::AliveBitSet>,
+    cancel: Cancel,
+    seen: u32,
+    stopped: bool,
+}
+
+/// A score ordered totally (tantivy's scores are finite).
+#[derive(Clone, Copy, PartialEq)]
+struct Scored(Score);
+
+impl Eq for Scored {}
+
+impl PartialOrd for Scored {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
     }
 }
 
-/// Matches collected between two looks at the cancel flag.
-const CHECK_EVERY: u32 = 4096;
+impl Ord for Scored {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
 
-impl<C: Collector> Collector for Stoppable<C> {
-    type Fruit = C::Fruit;
-    type Child = StoppableSegment<C::Child>;
+impl SegmentTop {
+    /// The score a document must beat from now on.
+    fn threshold(&self) -> Score {
+        if self.stopped {
+            return Score::INFINITY;
+        }
+        match self.heap.peek() {
+            Some(std::cmp::Reverse((Scored(s), _))) if self.heap.len() >= self.k => *s,
+            _ => Score::NEG_INFINITY,
+        }
+    }
+
+    /// Takes `doc` if it is alive, allowed and among the best; answers the
+    /// threshold from now on.
+    fn offer(&mut self, doc: DocId, score: Score) -> Score {
+        if self.stopped {
+            return Score::INFINITY;
+        }
+        self.seen += 1;
+        if self.seen.is_multiple_of(CHECK_EVERY) && self.cancel.is_cancelled() {
+            self.stopped = true;
+            return Score::INFINITY;
+        }
+        let alive = self.alive.as_ref().is_none_or(|a| a.is_alive(doc));
+        let allowed = self.ids.as_ref().is_none_or(|(column, set)| {
+            column
+                .first(doc)
+                .is_some_and(|id| set.binary_search(&(id as usize)).is_ok())
+        });
+        if alive && allowed {
+            let entry = std::cmp::Reverse((Scored(score), std::cmp::Reverse(doc)));
+            if self.heap.len() < self.k {
+                self.heap.push(entry);
+            } else if self.heap.peek().is_some_and(|worst| entry < *worst) {
+                self.heap.pop();
+                self.heap.push(entry);
+            }
+        }
+        self.threshold()
+    }
+}
+
+impl SegmentCollector for SegmentTop {
+    type Fruit = Vec<(Score, DocAddress)>;
+
+    fn collect(&mut self, doc: DocId, score: Score) {
+        self.offer(doc, score);
+    }
+
+    fn harvest(self) -> Self::Fruit {
+        let ord = self.ord;
+        self.heap
+            .into_iter()
+            .map(|std::cmp::Reverse((Scored(s), std::cmp::Reverse(doc)))| {
+                (s, DocAddress::new(ord, doc))
+            })
+            .collect()
+    }
+}
+
+impl Collector for TopScored {
+    type Fruit = Vec<(Score, DocAddress)>;
+    type Child = SegmentTop;
 
     fn for_segment(
         &self,
-        ord: tantivy::SegmentOrdinal,
-        reader: &tantivy::SegmentReader,
-    ) -> tantivy::Result<Self::Child> {
-        Ok(StoppableSegment {
-            inner: self.inner.for_segment(ord, reader)?,
+        ord: SegmentOrdinal,
+        reader: &SegmentReader,
+    ) -> tantivy::Result<SegmentTop> {
+        let ids = match &self.allowed {
+            Some(set) => Some((reader.fast_fields().u64("id")?, set.clone())),
+            None => None,
+        };
+        Ok(SegmentTop {
+            k: self.k,
+            heap: std::collections::BinaryHeap::with_capacity(self.k.min(1024) + 1),
+            ord,
+            ids,
+            alive: reader.alive_bitset().cloned(),
             cancel: self.cancel.clone(),
             seen: 0,
             stopped: self.cancel.is_cancelled(),
@@ -408,40 +509,30 @@ impl<C: Collector> Collector for Stoppable<C> {
     }
 
     fn requires_scoring(&self) -> bool {
-        self.inner.requires_scoring()
+        true
     }
 
-    fn merge_fruits(
+    fn collect_segment(
         &self,
-        fruits: Vec<<Self::Child as SegmentCollector>::Fruit>,
-    ) -> tantivy::Result<Self::Fruit> {
-        self.inner.merge_fruits(fruits)
-    }
-}
-
-struct StoppableSegment<S> {
-    inner: S,
-    cancel: Cancel,
-    seen: u32,
-    stopped: bool,
-}
-
-impl<S: SegmentCollector> SegmentCollector for StoppableSegment<S> {
-    type Fruit = S::Fruit;
-
-    fn collect(&mut self, doc: tantivy::DocId, score: tantivy::Score) {
-        if self.stopped {
-            return;
+        weight: &dyn tantivy::query::Weight,
+        ord: SegmentOrdinal,
+        reader: &SegmentReader,
+    ) -> tantivy::Result<Vec<(Score, DocAddress)>> {
+        let mut top = self.for_segment(ord, reader)?;
+        if !top.stopped && self.k > 0 {
+            weight.for_each_pruning(Score::NEG_INFINITY, reader, &mut |doc, score| {
+                top.offer(doc, score)
+            })?;
         }
-        self.seen += 1;
-        if self.seen.is_multiple_of(CHECK_EVERY) && self.cancel.is_cancelled() {
-            self.stopped = true;
-            return;
-        }
-        self.inner.collect(doc, score);
+        Ok(top.harvest())
     }
 
-    fn harvest(self) -> S::Fruit {
-        self.inner.harvest()
+    /// The best `k` of every segment's, best first; equal scores in
+    /// document order.
+    fn merge_fruits(&self, fruits: Vec<Vec<(Score, DocAddress)>>) -> tantivy::Result<Self::Fruit> {
+        let mut all: Vec<(Score, DocAddress)> = fruits.into_iter().flatten().collect();
+        all.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        all.truncate(self.k);
+        Ok(all)
     }
 }

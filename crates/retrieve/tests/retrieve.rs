@@ -1002,3 +1002,241 @@ fn lexical_indexes_on_disk_answer_as_in_memory_and_share_their_files_with_the_sn
     }
     assert_eq!(answers(&opened), answers(&in_memory));
 }
+
+/// The graph's candidate list follows the collection's size: a graph past
+/// `ef_reference` points walks a longer list (and so finds more of the true
+/// nearest) than the same graph held to `ef_search`, filtered walks keep at
+/// least as many, and a fixed list wider than `ef_max` is still served.
+#[test]
+fn the_graph_walks_a_longer_candidate_list_as_the_collection_grows() {
+    let params = DenseParams {
+        ef_search: 4,
+        ef_reference: 250,
+        ef_growth: 1.0,
+        ef_max: 96,
+        exact_below: 16,
+        exact_fraction: 0.0,
+        ..DenseParams::default()
+    };
+    assert_eq!(params.ef_for(100), 4, "up to the reference size");
+    assert_eq!(params.ef_for(250), 4);
+    assert_eq!(params.ef_for(1000), 16, "four times the reference size");
+    assert_eq!(params.ef_for(1_000_000), 96, "at most ef_max");
+    assert_eq!(
+        DenseParams {
+            ef_growth: 0.5,
+            ..params
+        }
+        .ef_for(2250),
+        12,
+        "the size's power"
+    );
+
+    let (n, dim) = (4000, 32);
+    let vs = vectors(n, dim, 31);
+    let idx = CollectionIndex::new(dim, params).expect("index");
+    idx.add(
+        vs.iter()
+            .enumerate()
+            .map(|(i, v)| {
+                (
+                    entry(i as i64 + 1, "x", json!({"half": (i + 1) % 2})),
+                    v.clone(),
+                )
+            })
+            .collect(),
+    )
+    .expect("add");
+    let queries = vectors(60, dim, 77);
+    let recall = |allowed: &Allowed, keep: &dyn Fn(usize) -> bool| {
+        let mut found = 0;
+        for q in &queries {
+            let truth = brute(&vs, q, 10, keep);
+            let (hits, path) = idx.dense_search(q, 10, allowed, &Cancel::new());
+            assert_ne!(path, SearchPath::Exact);
+            found += hits.iter().filter(|h| truth.contains(&h.chunk_id)).count();
+        }
+        found as f32 / (queries.len() * 10) as f32
+    };
+    let half = idx.allowed(&Filter::parse(&json!({"half": 0}), "filter").expect("filter"));
+    // 4,000 points: the list grows to 64 (of at most 96).
+    let grown = recall(&Allowed::All, &|_| true);
+    let grown_half = recall(&half, &|id| id % 2 == 0);
+    idx.set_ef_search(Some(10));
+    let held = recall(&Allowed::All, &|_| true);
+    let held_half = recall(&half, &|id| id % 2 == 0);
+    assert!(
+        grown > held && grown_half > held_half,
+        "recall@10 with the grown list {grown:.3} (half: {grown_half:.3}) against the held one {held:.3} ({held_half:.3})"
+    );
+    // Wider than ef_max, fixed by hand: every walk takes it.
+    idx.set_ef_search(Some(1000));
+    assert!(recall(&Allowed::All, &|_| true) >= grown);
+    assert!(recall(&half, &|id| id % 2 == 0) >= grown_half);
+}
+
+/// A collection whose folder cannot be made (here the workspace's folder
+/// has become a file; a full or read-only disk does the same) keeps its
+/// BM25 indexes in memory and answers as an on-disk one does; the next
+/// collection made once the folder is back goes to disk again.
+#[test]
+fn a_collection_whose_folder_cannot_be_made_keeps_its_indexes_in_memory() {
+    let (n, dim) = (200, 16);
+    let vs = vectors(n, dim, 5);
+    let work = tempfile::tempdir().expect("tempdir");
+    let root = work.path().join("ws");
+    let indexes = ragtime_retrieve::Indexes::new(dim, DenseParams::default())
+        .with_workspace(ragtime_retrieve::Workspace::new(&root).expect("workspace"));
+    let fill = |idx: &CollectionIndex| {
+        idx.add(
+            (0..n)
+                .map(|i| {
+                    let word = ["granite", "shale", "quartz"][i % 3];
+                    (
+                        entry(i as i64 + 1, &format!("{word} sample {i}"), json!({})),
+                        vs[i].clone(),
+                    )
+                })
+                .collect(),
+        )
+        .expect("add");
+        let hits = idx
+            .lexical_search("quartz", 1000, &Allowed::All, &Cancel::new())
+            .expect("search");
+        let mut ids: Vec<i64> = hits.iter().map(|h| h.chunk_id).collect();
+        ids.sort_unstable();
+        ids
+    };
+
+    std::fs::remove_dir_all(&root).expect("remove the workspace's folder");
+    std::fs::write(&root, b"not a folder").expect("a file in its place");
+    let in_memory = indexes.create().expect("an index without its folder");
+    let found = fill(&in_memory);
+    assert_eq!(
+        found,
+        (0..n as i64)
+            .filter(|i| i % 3 == 2)
+            .map(|i| i + 1)
+            .collect::<Vec<_>>(),
+        "every chunk with the word, from memory"
+    );
+    assert_eq!(in_memory.mapped_bytes(), 0, "nothing on disk");
+
+    std::fs::remove_file(&root).expect("remove the file");
+    std::fs::create_dir(&root).expect("the folder back");
+    let on_disk = indexes.create().expect("an index in its folder");
+    assert_eq!(fill(&on_disk), found, "the same answers from disk");
+    assert!(on_disk.mapped_bytes() > 0, "its postings mapped from disk");
+    assert_eq!(std::fs::read_dir(&root).expect("ws").count(), 1);
+    drop(on_disk);
+    assert_eq!(
+        std::fs::read_dir(&root).expect("ws").count(),
+        0,
+        "its folder removed with it"
+    );
+}
+
+/// Lexical search skips what cannot reach the top k (block-max WAND):
+/// what it returns is exactly the best k of every match scored, with a
+/// filter and after removals too.
+#[test]
+fn a_pruned_lexical_search_returns_the_best_of_every_match() {
+    let (n, dim) = (5000, 8);
+    let vs = vectors(n, dim, 11);
+    let idx = CollectionIndex::new(dim, DenseParams::default()).expect("index");
+    let words = [
+        "cell", "protein", "gene", "the", "of", "tumour", "receptor", "binding", "mouse", "acid",
+    ];
+    let mut r = 7u64;
+    let mut next = || {
+        r ^= r << 13;
+        r ^= r >> 7;
+        r ^= r << 17;
+        r
+    };
+    let chunks: Vec<(Chunk, Vec<f32>)> = (0..n)
+        .map(|i| {
+            // Common words in most chunks, rare ones in few, lengths varied.
+            let len = 3 + (next() % 20) as usize;
+            let text: Vec<&str> = (0..len)
+                .map(|_| {
+                    let x = next() % 100;
+                    words[if x < 60 {
+                        3 + (x % 2) as usize
+                    } else {
+                        (x % 10) as usize
+                    }]
+                })
+                .collect();
+            (
+                entry(i as i64 + 1, &text.join(" "), json!({"odd": (i + 1) % 2})),
+                vs[i].clone(),
+            )
+        })
+        .collect();
+    for part in chunks.chunks(1000) {
+        idx.add(part.to_vec()).expect("add");
+    }
+    idx.remove(&(1..=500).step_by(3).collect::<Vec<_>>())
+        .expect("remove");
+    let odd = idx.allowed(&Filter::parse(&json!({"odd": 1}), "filter").expect("filter"));
+    let cancel = Cancel::new();
+    for q in [
+        "the cell of the mouse",
+        "protein binding",
+        "tumour receptor acid gene",
+        "of",
+    ] {
+        for allowed in [&Allowed::All, &odd] {
+            let every = idx.lexical_search(q, n, allowed, &cancel).expect("all");
+            assert!(every.len() > 100, "{q}: {} matches", every.len());
+            for h in &every {
+                assert!(
+                    h.chunk_id > 500 || (h.chunk_id - 1) % 3 != 0,
+                    "a removed chunk"
+                );
+                if !matches!(allowed, Allowed::All) {
+                    assert_eq!(h.chunk_id % 2, 1, "a chunk the filter leaves out");
+                }
+            }
+            for k in [1, 5, 10, 50] {
+                let top = idx.lexical_search(q, k, allowed, &cancel).expect("top");
+                assert_eq!(top.len(), k);
+                // The pruned walk adds a document's term scores in another
+                // order: the last bit of a score may differ, and so may the
+                // order of near-equal ones.
+                let near = |a: f32, b: f32| (a - b).abs() <= 1e-5 * a.abs().max(1.0);
+                for (i, (a, b)) in top.iter().zip(&every).enumerate() {
+                    assert!(
+                        near(a.score, b.score),
+                        "{q}, k {k}: rank {i}: {} against {}",
+                        a.score,
+                        b.score
+                    );
+                }
+                let cut = every[k - 1].score;
+                let score_of: std::collections::HashMap<i64, f32> =
+                    every.iter().map(|h| (h.chunk_id, h.score)).collect();
+                let got: HashSet<i64> = top.iter().map(|h| h.chunk_id).collect();
+                for h in &every {
+                    if h.score > cut && !near(h.score, cut) {
+                        assert!(
+                            got.contains(&h.chunk_id),
+                            "{q}, k {k}: chunk {} ({}) missing",
+                            h.chunk_id,
+                            h.score
+                        );
+                    }
+                }
+                for h in &top {
+                    let full = score_of[&h.chunk_id];
+                    assert!(
+                        full >= cut || near(full, cut),
+                        "{q}, k {k}: chunk {} ({full}) below the k-th ({cut})",
+                        h.chunk_id
+                    );
+                }
+            }
+        }
+    }
+}
