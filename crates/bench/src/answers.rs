@@ -292,6 +292,9 @@ async fn run_set(name: &str) {
 
     // Retrieval: the answer, and a gold page, in the top-5 passages.
     let mut in_top5 = vec![false; questions.len()];
+    // For `BENCH_SHOW`: where the answer sits in the top 5 (its rank and
+    // the words around it), shown beside a wrong answer.
+    let mut found: Vec<Option<String>> = vec![None; questions.len()];
     let mut gold5 = 0usize;
     for (i, q) in questions.iter().enumerate() {
         let re = RegexBuilder::new(&q.answer)
@@ -308,9 +311,14 @@ async fn run_set(name: &str) {
             .await
             .expect("search json");
         let hits = r["results"].as_array().into_iter().flatten();
-        in_top5[i] = hits
-            .clone()
-            .any(|h| re.is_match(&collapsed(h["text"].as_str().unwrap_or_default())));
+        found[i] = hits.clone().enumerate().find_map(|(rank, h)| {
+            let text = collapsed(h["text"].as_str().unwrap_or_default());
+            let m = re.find(&text)?;
+            let from = text.floor_char_boundary(m.start().saturating_sub(160));
+            let to = text.ceil_char_boundary((m.end() + 80).min(text.len()));
+            Some(format!("[{}] …{}…", rank + 1, &text[from..to]))
+        });
+        in_top5[i] = found[i].is_some();
         gold5 += usize::from(hits.into_iter().any(|h| {
             let id = h["document_id"].as_str().unwrap_or_default();
             q.gold.iter().any(|g| g == id)
@@ -380,6 +388,9 @@ async fn run_set(name: &str) {
                     first_chars(&a.text),
                     a.grounding
                 );
+                if !ok && let Some(f) = &found[i] {
+                    println!("answer /{}/ in {f}\n", q.answer);
+                }
             }
         }
         let n = questions.len();

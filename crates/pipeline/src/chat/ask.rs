@@ -3,9 +3,13 @@
 //! value), or an explanation ("why"). The extractive answer favours the
 //! sentences that hold what is asked — a closer-worded sentence without
 //! the number does not answer "how many" — decided in microseconds from
-//! the words alone, well inside the extractive stage's 40 ms.
+//! the words alone, well inside the extractive stage's 40 ms. A "which
+//! lint"/"what trait" question also names the kind of term it wants
+//! ([`Target`]): the answer names one the question does not hold, beside
+//! that kind.
 
-use crate::chat::text::specific_terms;
+use crate::chat::text::{content_words, specific_terms};
+use std::collections::HashSet;
 
 /// What a question asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,6 +144,225 @@ impl Ask {
     }
 }
 
+/// What a "which …" or "what …" question names the kind of ("which
+/// lint", "what literal prefix", "which Unicode property"), or that it
+/// asks what something is called ("what was it called before", "the term
+/// for"). The answer is then a term the question does not hold, written
+/// next to that kind ("the `Termination` trait", "the Pattern_White_Space
+/// Unicode property", "… is called sound"): a sentence that only repeats
+/// the question's own words beside it does not answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Target {
+    /// The words after the question word (at most two, before its verb).
+    kind: Vec<String>,
+    /// The question asks for a name.
+    naming: bool,
+    /// The question's own content words (a term among them is not news).
+    asked: HashSet<String>,
+}
+
+/// Words that end the kind after "which"/"what": verbs, pronouns and
+/// prepositions ("which repr *do* I need", "what trait *must* …").
+const KIND_ENDS: &[&str] = &[
+    "is", "are", "was", "were", "be", "do", "does", "did", "must", "should", "can", "could",
+    "will", "would", "has", "have", "had", "i", "you", "we", "it", "they", "to", "of", "for", "in",
+    "on", "at", "by", "with", "from", "if", "when", "that", "happens", "goes", "gets",
+];
+
+/// Kinds that name no kind of thing.
+const NO_KIND: &[&str] = &[
+    "way",
+    "ways",
+    "thing",
+    "things",
+    "one",
+    "ones",
+    "happens",
+    "about",
+    "else",
+    "exactly",
+    "difference",
+    "purpose",
+    "reason",
+    "point",
+    "name",
+    "term",
+    "word",
+];
+
+/// Words beside a kind that name no term ("the *following* trait").
+const NOT_TERMS: &[&str] = &[
+    "the",
+    "a",
+    "an",
+    "this",
+    "that",
+    "these",
+    "those",
+    "following",
+    "same",
+    "other",
+    "another",
+    "new",
+    "given",
+    "each",
+    "every",
+    "any",
+    "all",
+    "some",
+    "such",
+    "certain",
+    "specific",
+    "different",
+    "first",
+    "last",
+    "its",
+    "their",
+    "own",
+    "is",
+    "are",
+    "be",
+    "of",
+    "or",
+    "and",
+    "in",
+    "on",
+    "for",
+    "to",
+    "as",
+    "with",
+    "by",
+];
+
+/// Phrases that introduce a name ("is *called* sound", "*known as* object
+/// safety").
+const NAMING: &[&str] = &["called", "known as", "named", "referred to as", "term"];
+
+impl Target {
+    /// The kind `question` asks for, if it names one.
+    pub(crate) fn of(question: &str) -> Option<Target> {
+        let lower = question.to_lowercase();
+        let words: Vec<&str> = lower
+            .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '\''))
+            .filter(|w| !w.is_empty())
+            .collect();
+        let naming = lower.contains(" called")
+            || lower.contains(" call ")
+            || lower.contains("term for")
+            || lower.contains("name for")
+            || lower.contains("name of")
+            || lower.contains("known as");
+        let mut kind = Vec::new();
+        if let Some(at) = words
+            .iter()
+            .position(|w| matches!(*w, "which" | "what" | "what's"))
+        {
+            let mut rest = words[at + 1..].iter().copied().peekable();
+            while rest.next_if(|w| matches!(*w, "the" | "a" | "an")).is_some() {}
+            for w in rest {
+                if KIND_ENDS.contains(&w) || kind.len() == 2 {
+                    break;
+                }
+                kind.push(plain(w));
+            }
+        }
+        if let [one] = kind.as_slice()
+            && NO_KIND.contains(&one.as_str())
+        {
+            kind.clear();
+        }
+        if kind.is_empty() && !naming {
+            return None;
+        }
+        Some(Target {
+            kind,
+            naming,
+            asked: content_words(question).into_iter().collect(),
+        })
+    }
+
+    /// How much a unit reading `unit` is favoured: more when it names a
+    /// term the question does not hold beside the kind asked for (within
+    /// two words), or after "called"/"known as" when a name is asked for;
+    /// a little more for a plain new word right beside the kind.
+    pub(crate) fn weight(&self, unit: &str) -> f32 {
+        let tokens: Vec<&str> = unit
+            .split_whitespace()
+            .map(|t| t.trim_matches(|c: char| ",.;:()\"'`".contains(c)))
+            .collect();
+        let is_kind = |t: &str| {
+            let w = plain(t);
+            self.kind
+                .iter()
+                .any(|k| w == *k || (k.len() >= 4 && w.starts_with(k.as_str())))
+        };
+        // A word the question does not hold, naming something: not the
+        // kind itself, nor "the following".
+        let fresh = |t: &str| {
+            let w = plain(t);
+            !w.is_empty()
+                && !NOT_TERMS.contains(&w.as_str())
+                && !self.asked.contains(&w)
+                && !is_kind(t)
+        };
+        // A term: code, an identifier, a capitalised word inside the
+        // sentence.
+        let term = |i: usize| {
+            let t = tokens[i];
+            fresh(t)
+                && ((i > 0 && t.starts_with(|c: char| c.is_uppercase()))
+                    || !specific_terms(t).is_empty())
+        };
+        let beside =
+            |i: usize| (i.saturating_sub(2)..(i + 3).min(tokens.len())).any(|j| j != i && term(j));
+        let by_kind = (0..tokens.len()).any(|i| is_kind(tokens[i]) && beside(i));
+        // "called X", "known as X" (an article between).
+        let lower: Vec<String> = tokens.iter().map(|t| t.to_lowercase()).collect();
+        let named = self.naming
+            && NAMING.iter().any(|n| {
+                let n: Vec<&str> = n.split(' ').collect();
+                (0..lower.len()).any(|i| {
+                    lower[i..].iter().zip(&n).filter(|(a, b)| a == *b).count() == n.len()
+                        && lower[i + n.len()..]
+                            .iter()
+                            .find(|w| !matches!(w.as_str(), "a" | "an" | "the"))
+                            .is_some_and(|next| fresh(next))
+                })
+            });
+        // A plain word right beside the kind ("the transparent
+        // representation"): likelier a name than not, weighed less.
+        let plain_beside = (0..tokens.len()).any(|i| {
+            is_kind(tokens[i])
+                && [i.wrapping_sub(1), i + 1].iter().any(|&j| {
+                    tokens
+                        .get(j)
+                        .is_some_and(|t| fresh(t) && !content_words(t).is_empty())
+                })
+        });
+        if by_kind || named {
+            1.3
+        } else if plain_beside {
+            1.15
+        } else {
+            1.0
+        }
+    }
+}
+
+/// A word lower-cased, its punctuation dropped and a plural `s` taken off
+/// (as [`content_words`] does).
+fn plain(t: &str) -> String {
+    let w: String = t
+        .chars()
+        .filter(|c| c.is_alphanumeric() || *c == '_')
+        .collect::<String>()
+        .to_lowercase();
+    match w.strip_suffix('s') {
+        Some(stem) if stem.len() > 3 && !stem.ends_with('s') => stem.to_owned(),
+        _ => w,
+    }
+}
+
 /// Numbers written as words.
 const NUMBER_WORDS: &[&str] = &[
     "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
@@ -183,5 +406,53 @@ mod tests {
         assert!(Ask::Code.weight("Pass the flag to the tool.") < 1.0);
         assert!(Ask::Prose.weight("#[doc(hidden)]") < 1.0);
         assert_eq!(Ask::Any.weight("anything at all"), 1.0);
+    }
+
+    #[test]
+    fn a_which_question_names_the_kind_of_term_it_asks_for() {
+        let q = "I wrote #[expect(unused_variables)] on a used variable. Which lint fires?";
+        let t = Target::of(q).expect("a kind");
+        assert!(t.kind.contains(&"lint".to_owned()), "{t:?}");
+        // A new term beside the kind answers; the question's own does not.
+        assert!(t.weight("Otherwise the unfulfilled_lint_expectations lint is emitted.") > 1.0);
+        assert_eq!(
+            t.weight("The unused_variables lint would usually be emitted here."),
+            1.0
+        );
+        // Capitalised inside the sentence: a name.
+        let t = Target::of("What trait must the return type of main implement?").expect("a kind");
+        assert!(t.weight("The Termination trait lists the return types.") > 1.0);
+        assert_eq!(t.weight("Every impl of a trait in a return type."), 1.0);
+        // A plain word right beside the kind counts for less.
+        let t = Target::of("Which repr gives a newtype its field's ABI?").expect("a kind");
+        let plain = t.weight("A struct with the transparent representation has it.");
+        assert!(plain > 1.0 && plain < 1.3, "{plain}");
+        // Asked for a name: what follows "called" / "known as".
+        for (q, unit) in [
+            (
+                "What do you call unsafe code no safe caller can misuse?",
+                "Unsafe code with this property for any safe client is called sound.",
+            ),
+            (
+                "What's the name of the table of method pointers in a &dyn Trait?",
+                "a virtual method table, often just called a vtable, which holds",
+            ),
+            (
+                "What was dyn compatibility called before?",
+                "This concept was formerly known as object safety.",
+            ),
+        ] {
+            let t = Target::of(q).expect(q);
+            assert!(t.weight(unit) > 1.0, "{q}: {unit}");
+            assert_eq!(t.weight("Nothing here names anything new."), 1.0, "{q}");
+        }
+        // No kind: why, how, what happens.
+        for q in [
+            "Why is this not allowed?",
+            "how do I run the tests",
+            "what happens on overflow",
+        ] {
+            assert_eq!(Target::of(q), None, "{q}");
+        }
     }
 }
