@@ -209,8 +209,13 @@ fn blend_cross(scores: &mut [f32], scored: &[(usize, f32)]) {
     }
 }
 
-/// Each candidate's score weighed by what `query` asks for, against what
-/// its unit holds (the sentence and the one after it).
+/// Each candidate's score weighed by what `query` asks for: the ask (a
+/// number, something to type) against the sentence and the one after it,
+/// the kind of term a "which …" question names against all the unit would
+/// quote (the name often comes a sentence or two after the words the
+/// question shares: "… Such code is called sound."). Weighing the ask
+/// against the whole unit too favoured any passage with code further on
+/// (on the rustdoc book three questions went wrong, none right).
 fn weigh(query: &str, cands: &[Candidate<'_>], scores: &mut [f32]) {
     let ask = Ask::of(query);
     let target = Target::of(query);
@@ -222,9 +227,20 @@ fn weigh(query: &str, cands: &[Candidate<'_>], scores: &mut [f32]) {
             .get(i + 1)
             .filter(|n| n.rank == c.rank && n.at == c.at + 1)
             .map_or("", |n| n.text);
-        let unit = format!("{} {next}", c.text);
-        scores[i] *= ask.weight(&unit);
+        scores[i] *= ask.weight(&format!("{} {next}", c.text));
         if let Some(t) = &target {
+            // What would be quoted: the sentence and those after it that fit.
+            let mut unit = c.text.to_owned();
+            for (k, n) in cands[i + 1..].iter().enumerate() {
+                if n.rank != c.rank
+                    || n.at != c.at + 1 + k
+                    || unit.len() + 1 + n.text.len() > MAX_QUOTE
+                {
+                    break;
+                }
+                unit.push(' ');
+                unit.push_str(n.text);
+            }
             scores[i] *= t.weight(&unit);
         }
     }
@@ -754,5 +770,30 @@ mod tests {
             "{a}"
         );
         assert!(!a.contains("rust_2015"), "{a}");
+    }
+
+    #[test]
+    fn a_name_asked_for_counts_in_the_sentences_quoted_after_the_best() {
+        // The name comes two sentences after the words the question
+        // shares: what the unit quotes is weighed, not its first sentence.
+        let hits = vec![
+            hit(
+                1,
+                "Undefined behavior",
+                "Safe callers of unsafe code can trigger undefined behavior in many ways.",
+            ),
+            hit(
+                2,
+                "Undefined behavior",
+                "Unsafe code must make sure no safe caller can trigger undefined behavior. The compiler does not check it. Such code is called sound.",
+            ),
+        ];
+        let r = ranked(&hits);
+        let q = "What do you call unsafe code that no safe caller can use to trigger undefined behavior?";
+        let a = extractive_answer(q, &r, Why::Chosen);
+        assert!(
+            a.starts_with("> Unsafe code must make sure no safe caller can trigger undefined behavior. The compiler does not check it. Such code is called sound."),
+            "{a}"
+        );
     }
 }
