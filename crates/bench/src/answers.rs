@@ -1,13 +1,14 @@
-//! `ragtime-bench answers`: what users read. Two books the Rust toolchain
-//! installs with its documentation — the Rust Reference and the rustdoc
-//! book — each uploaded whole to a fresh ragtime on its embedded defaults,
-//! the way a user sends a folder (every file of a known type, print page,
-//! table of contents and redirect stubs included, through `POST
-//! /v1/documents` as files named by their path, as `ragtime ingest
-//! --server` does); then every question of the book's set
-//! (`answers/rust-reference.json`, `answers/rustdoc-book.json`; `BENCH_SETS`
-//! picks) is asked, streamed, once per answer mode (`BENCH_MODES`, default
-//! all three), one at a time, semantic cache off.
+//! `ragtime-bench answers`: what users read. Three books the Rust
+//! toolchain installs with its documentation — the Rust Reference, the
+//! rustdoc book and the Cargo book — each uploaded whole to a fresh
+//! ragtime on its embedded defaults, the way a user sends a folder (every
+//! file of a known type, print page, table of contents and redirect stubs
+//! included, through `POST /v1/documents` as files named by their path, as
+//! `ragtime ingest --server` does); then every question of the book's set
+//! (`answers/rust-reference.json`, `answers/rustdoc-book.json`,
+//! `answers/cargo-book.json`; `BENCH_SETS` picks) is asked, streamed, once
+//! per answer mode (`BENCH_MODES`, default all three), one at a time,
+//! semantic cache off.
 //!
 //! An answer is correct when the question's regex matches within its first
 //! 400 characters (a user reads the beginning; an answer that pastes every
@@ -21,7 +22,7 @@
 //!
 //! `RAGTIME_DOCS` points at another copy of the toolchain's `html` folder;
 //! `BENCH_QUESTIONS` limits the questions; `BENCH_SHOW=1` prints each
-//! answer.
+//! answer, and beside a wrong one where its text sat in the top 5.
 
 use crate::load::Server;
 use crate::stats::pct;
@@ -193,7 +194,8 @@ fn share(n: usize, of: usize) -> String {
 }
 
 pub async fn answers() {
-    let sets = std::env::var("BENCH_SETS").unwrap_or_else(|_| "rust-reference,rustdoc-book".into());
+    let sets = std::env::var("BENCH_SETS")
+        .unwrap_or_else(|_| "rust-reference,rustdoc-book,cargo-book".into());
     for name in sets.split(',') {
         run_set(name).await;
     }
