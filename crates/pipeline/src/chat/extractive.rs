@@ -307,24 +307,18 @@ fn pick<'a>(cands: &[Candidate<'a>], scores: &[f32]) -> Vec<Candidate<'a>> {
         // A sentence that leads into a table ("The module used depends on
         // the edition:") is quoted with its column names and the row whose
         // words best meet the question's, not the first rows that fit.
-        let table_after = b.header.is_none()
-            && cands
-                .iter()
-                .any(|c| c.rank == b.rank && c.header == Some(next.text));
-        if let Some(row) = table_after
-            .then(|| {
-                (0..cands.len())
-                    .filter(|&i| cands[i].rank == b.rank && cands[i].header == Some(next.text))
-                    // The row's own words tell rows apart ("2021", "octal").
-                    .max_by(|&x, &y| {
-                        cands[x]
-                            .lexical
-                            .total_cmp(&cands[y].lexical)
-                            .then(score(x).total_cmp(&score(y)))
-                    })
+        let best_row = (0..cands.len())
+            .filter(|&i| {
+                b.header.is_none() && cands[i].rank == b.rank && cands[i].header == Some(next.text)
             })
-            .flatten()
-        {
+            // The row's own words tell rows apart ("2021", "octal").
+            .max_by(|&x, &y| {
+                cands[x]
+                    .lexical
+                    .total_cmp(&cands[y].lexical)
+                    .then(score(x).total_cmp(&score(y)))
+            });
+        if let Some(row) = best_row {
             if len + 2 + next.text.len() + cands[row].text.len() <= MAX_QUOTE {
                 len += 2 + next.text.len() + cands[row].text.len();
                 chosen.push(next.clone());
