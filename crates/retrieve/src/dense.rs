@@ -161,7 +161,7 @@ pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
     acc.iter().sum::<i32>() + tail
 }
 
-type Graph = Hnsw<'static, i8, DotI8>;
+pub(crate) type Graph = Hnsw<'static, i8, DotI8>;
 
 /// The base name of the graph's dump files.
 const DUMP: &str = "dense";
@@ -565,20 +565,12 @@ impl Dense {
             .save(&dir.join(VECTORS_FILE))
     }
 
-    /// The index [`Dense::save`] wrote into `dir`; `live` says which of its
-    /// points still hold a chunk (the rest are kept in the graph as
-    /// tombstones, as they were). An empty index when `dir` holds no
-    /// graph; an error when the graph or the vectors are damaged, of
-    /// another dimension or of another form, or a live chunk has no vector.
-    pub fn load(
-        dim: usize,
-        params: DenseParams,
-        dir: &Path,
-        live: impl Fn(usize) -> bool,
-    ) -> Result<Self, IndexError> {
-        let me = Self::new(dim, params);
+    /// The graph saved in `dir` (`None` when none was: an empty index),
+    /// checked to be of `dim` dimensions. It needs nothing else of the
+    /// snapshot, so it can be read while the chunks are.
+    pub(crate) fn read_graph(dir: &Path, dim: usize) -> Result<Option<Graph>, IndexError> {
         if !dir.join(format!("{DUMP}.hnsw.graph")).is_file() {
-            return Ok(me);
+            return Ok(None);
         }
         // The loaded graph borrows its loader for its whole life (hnsw_rs
         // ties them with a lifetime, for the memory-mapped case); the
@@ -594,6 +586,26 @@ impl Dense {
                 graph.get_point_indexation().get_data_dimension()
             )));
         }
+        Ok(Some(graph))
+    }
+
+    /// The index [`Dense::save`] wrote into `dir`, its graph read by
+    /// [`Dense::read_graph`]; `live` says which of its points still hold a
+    /// chunk (the rest are kept in the graph as tombstones, as they were).
+    /// An empty index when `dir` holds no graph; an error when the vectors
+    /// are damaged, of another dimension or of another form than the
+    /// graph's points, or a live chunk has no vector.
+    pub(crate) fn with_graph(
+        dim: usize,
+        params: DenseParams,
+        dir: &Path,
+        graph: Option<Graph>,
+        live: impl Fn(usize) -> bool,
+    ) -> Result<Self, IndexError> {
+        let me = Self::new(dim, params);
+        let Some(graph) = graph else {
+            return Ok(me);
+        };
         let vectors = Vectors::open(&dir.join(VECTORS_FILE), dim, &live)?;
         {
             let mut deleted = me.deleted.write().unwrap_or_else(PoisonError::into_inner);
