@@ -566,8 +566,7 @@ impl Dense {
     }
 
     /// The graph saved in `dir` (`None` when none was: an empty index),
-    /// checked to be of `dim` dimensions. It needs nothing else of the
-    /// snapshot, so it can be read while the chunks are.
+    /// checked to be of `dim` dimensions.
     pub(crate) fn read_graph(dir: &Path, dim: usize) -> Result<Option<Graph>, IndexError> {
         if !dir.join(format!("{DUMP}.hnsw.graph")).is_file() {
             return Ok(None);

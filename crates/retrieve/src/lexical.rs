@@ -14,7 +14,6 @@
 
 use crate::IndexError;
 use ragtime_core::Cancel;
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use tantivy::collector::{Collector, SegmentCollector};
@@ -326,33 +325,14 @@ impl Lexical {
         // Lenient: user text is not query syntax; what cannot parse is dropped.
         let (q, _errors) = parser.parse_query_lenient(query);
         let searcher = built.reader.searcher();
-        let docs = searcher.search(
+        Ok(searcher.search(
             &q,
             &TopScored {
                 k,
                 allowed: allowed.cloned(),
                 cancel: cancel.clone(),
             },
-        )?;
-        // Ids from the fast field (a column read), not the stored document
-        // (a block decompressed per hit).
-        let mut columns: HashMap<u32, tantivy::columnar::Column<u64>> = HashMap::new();
-        let mut hits = Vec::with_capacity(docs.len());
-        for (score, addr) in docs {
-            let column = match columns.entry(addr.segment_ord) {
-                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                std::collections::hash_map::Entry::Vacant(e) => e.insert(
-                    searcher
-                        .segment_reader(addr.segment_ord)
-                        .fast_fields()
-                        .u64("id")?,
-                ),
-            };
-            if let Some(id) = column.first(addr.doc_id) {
-                hits.push((id, score));
-            }
-        }
-        Ok(hits)
+        )?)
     }
 }
 
@@ -368,8 +348,11 @@ fn link_or_copy(from: &Path, to: &Path) -> std::io::Result<()> {
     std::fs::hard_link(from, to).or_else(|_| std::fs::copy(from, to).map(drop))
 }
 
-/// The `k` best-scoring documents of a search, among the allowed ids
-/// (sorted; all when `None`), until `cancel` fires.
+/// The `k` best-scoring documents of a search, as (id, score), among the
+/// allowed ids (sorted; all when `None`), until `cancel` fires. Ids come
+/// from the `id` fast field (a column read, opened once per segment for
+/// the filter and the hits alike), not the stored document (a block
+/// decompressed per hit).
 ///
 /// Written here rather than wrapping tantivy's `TopDocs` because a wrapper
 /// loses what makes a top-k search fast: `TopDocs` walks a segment with
@@ -398,7 +381,8 @@ struct SegmentTop {
     /// earlier one of the same score).
     heap: std::collections::BinaryHeap<std::cmp::Reverse<(Scored, std::cmp::Reverse<DocId>)>>,
     ord: SegmentOrdinal,
-    ids: Option<(Column<u64>, Arc<Vec<usize>>)>,
+    ids: Column<u64>,
+    allowed: Option<Arc<Vec<usize>>>,
     alive: Option<tantivy::fastfield::AliveBitSet>,
     cancel: Cancel,
     seen: u32,
@@ -447,8 +431,8 @@ impl SegmentTop {
             return Score::INFINITY;
         }
         let alive = self.alive.as_ref().is_none_or(|a| a.is_alive(doc));
-        let allowed = self.ids.as_ref().is_none_or(|(column, set)| {
-            column
+        let allowed = self.allowed.as_ref().is_none_or(|set| {
+            self.ids
                 .first(doc)
                 .is_some_and(|id| set.binary_search(&(id as usize)).is_ok())
         });
@@ -466,7 +450,8 @@ impl SegmentTop {
 }
 
 impl SegmentCollector for SegmentTop {
-    type Fruit = Vec<(Score, DocAddress)>;
+    /// (score, address, id) of the segment's best.
+    type Fruit = Vec<(Score, DocAddress, Option<u64>)>;
 
     fn collect(&mut self, doc: DocId, score: Score) {
         self.offer(doc, score);
@@ -477,14 +462,14 @@ impl SegmentCollector for SegmentTop {
         self.heap
             .into_iter()
             .map(|std::cmp::Reverse((Scored(s), std::cmp::Reverse(doc)))| {
-                (s, DocAddress::new(ord, doc))
+                (s, DocAddress::new(ord, doc), self.ids.first(doc))
             })
             .collect()
     }
 }
 
 impl Collector for TopScored {
-    type Fruit = Vec<(Score, DocAddress)>;
+    type Fruit = Vec<(u64, Score)>;
     type Child = SegmentTop;
 
     fn for_segment(
@@ -492,15 +477,12 @@ impl Collector for TopScored {
         ord: SegmentOrdinal,
         reader: &SegmentReader,
     ) -> tantivy::Result<SegmentTop> {
-        let ids = match &self.allowed {
-            Some(set) => Some((reader.fast_fields().u64("id")?, set.clone())),
-            None => None,
-        };
         Ok(SegmentTop {
             k: self.k,
             heap: std::collections::BinaryHeap::with_capacity(self.k.min(1024) + 1),
             ord,
-            ids,
+            ids: reader.fast_fields().u64("id")?,
+            allowed: self.allowed.clone(),
             alive: reader.alive_bitset().cloned(),
             cancel: self.cancel.clone(),
             seen: 0,
@@ -517,7 +499,7 @@ impl Collector for TopScored {
         weight: &dyn tantivy::query::Weight,
         ord: SegmentOrdinal,
         reader: &SegmentReader,
-    ) -> tantivy::Result<Vec<(Score, DocAddress)>> {
+    ) -> tantivy::Result<Vec<(Score, DocAddress, Option<u64>)>> {
         let mut top = self.for_segment(ord, reader)?;
         if !top.stopped && self.k > 0 {
             weight.for_each_pruning(Score::NEG_INFINITY, reader, &mut |doc, score| {
@@ -529,10 +511,16 @@ impl Collector for TopScored {
 
     /// The best `k` of every segment's, best first; equal scores in
     /// document order.
-    fn merge_fruits(&self, fruits: Vec<Vec<(Score, DocAddress)>>) -> tantivy::Result<Self::Fruit> {
-        let mut all: Vec<(Score, DocAddress)> = fruits.into_iter().flatten().collect();
+    fn merge_fruits(
+        &self,
+        fruits: Vec<Vec<(Score, DocAddress, Option<u64>)>>,
+    ) -> tantivy::Result<Self::Fruit> {
+        let mut all: Vec<(Score, DocAddress, Option<u64>)> = fruits.into_iter().flatten().collect();
         all.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-        all.truncate(self.k);
-        Ok(all)
+        Ok(all
+            .into_iter()
+            .take(self.k)
+            .filter_map(|(score, _, id)| Some((id?, score)))
+            .collect())
     }
 }

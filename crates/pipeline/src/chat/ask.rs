@@ -8,7 +8,7 @@
 //! ([`Target`]): the answer names one the question does not hold, beside
 //! that kind.
 
-use crate::chat::text::{content_words, specific_terms};
+use crate::chat::text::{content_words, singular, specific_terms};
 use std::collections::HashSet;
 
 /// What a question asks for.
@@ -290,54 +290,56 @@ impl Target {
             .split_whitespace()
             .map(|t| t.trim_matches(|c: char| ",.;:()\"'`".contains(c)))
             .collect();
-        let is_kind = |t: &str| {
-            let w = plain(t);
+        let plains: Vec<String> = tokens.iter().map(|t| plain(t)).collect();
+        let is_kind = |i: usize| {
+            let w = &plains[i];
             self.kind
                 .iter()
-                .any(|k| w == *k || (k.len() >= 4 && w.starts_with(k.as_str())))
+                .any(|k| w == k || (k.len() >= 4 && w.starts_with(k.as_str())))
         };
         // A word the question does not hold, naming something: not the
         // kind itself, nor "the following".
-        let fresh = |t: &str| {
-            let w = plain(t);
+        let fresh = |i: usize| {
+            let w = &plains[i];
             !w.is_empty()
                 && !NOT_TERMS.contains(&w.as_str())
-                && !self.asked.contains(&w)
-                && !is_kind(t)
+                && !self.asked.contains(w)
+                && !is_kind(i)
         };
         // A term: code, an identifier, a capitalised word inside the
         // sentence.
         let term = |i: usize| {
             let t = tokens[i];
-            fresh(t)
+            fresh(i)
                 && ((i > 0 && t.starts_with(|c: char| c.is_uppercase()))
                     || !specific_terms(t).is_empty())
         };
         let beside =
             |i: usize| (i.saturating_sub(2)..(i + 3).min(tokens.len())).any(|j| j != i && term(j));
-        let by_kind = (0..tokens.len()).any(|i| is_kind(tokens[i]) && beside(i));
+        let by_kind = (0..tokens.len()).any(|i| is_kind(i) && beside(i));
         // "called X", "known as X" (an article between).
-        let lower: Vec<String> = tokens.iter().map(|t| t.to_lowercase()).collect();
         let named = self.naming
             && NAMING.iter().any(|n| {
                 let n: Vec<&str> = n.split(' ').collect();
-                (0..lower.len()).any(|i| {
-                    lower[i..].iter().zip(&n).filter(|(a, b)| a == *b).count() == n.len()
-                        && lower[i + n.len()..]
-                            .iter()
-                            .find(|w| !matches!(w.as_str(), "a" | "an" | "the"))
-                            .is_some_and(|next| fresh(next))
+                (0..tokens.len()).any(|i| {
+                    tokens[i..]
+                        .iter()
+                        .zip(&n)
+                        .filter(|(a, b)| a.eq_ignore_ascii_case(b))
+                        .count()
+                        == n.len()
+                        && (i + n.len()..tokens.len())
+                            .find(|&j| !matches!(plains[j].as_str(), "a" | "an" | "the"))
+                            .is_some_and(fresh)
                 })
             });
         // A plain word right beside the kind ("the transparent
         // representation"): likelier a name than not, weighed less.
         let plain_beside = (0..tokens.len()).any(|i| {
-            is_kind(tokens[i])
-                && [i.wrapping_sub(1), i + 1].iter().any(|&j| {
-                    tokens
-                        .get(j)
-                        .is_some_and(|t| fresh(t) && !content_words(t).is_empty())
-                })
+            is_kind(i)
+                && [i.wrapping_sub(1), i + 1]
+                    .iter()
+                    .any(|&j| j < tokens.len() && fresh(j) && !content_words(tokens[j]).is_empty())
         });
         if by_kind || named {
             1.3
@@ -352,15 +354,12 @@ impl Target {
 /// A word lower-cased, its punctuation dropped and a plural `s` taken off
 /// (as [`content_words`] does).
 fn plain(t: &str) -> String {
-    let w: String = t
-        .chars()
-        .filter(|c| c.is_alphanumeric() || *c == '_')
-        .collect::<String>()
-        .to_lowercase();
-    match w.strip_suffix('s') {
-        Some(stem) if stem.len() > 3 && !stem.ends_with('s') => stem.to_owned(),
-        _ => w,
-    }
+    singular(
+        t.chars()
+            .filter(|c| c.is_alphanumeric() || *c == '_')
+            .collect::<String>()
+            .to_lowercase(),
+    )
 }
 
 /// Numbers written as words.

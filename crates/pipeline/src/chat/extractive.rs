@@ -223,19 +223,13 @@ fn weigh(query: &str, cands: &[Candidate<'_>], scores: &mut [f32]) {
         return;
     }
     for (i, c) in cands.iter().enumerate() {
-        let next = cands
-            .get(i + 1)
-            .filter(|n| n.rank == c.rank && n.at == c.at + 1)
-            .map_or("", |n| n.text);
+        let next = following(cands, i).next().map_or("", |n| n.text);
         scores[i] *= ask.weight(&format!("{} {next}", c.text));
         if let Some(t) = &target {
             // What would be quoted: the sentence and those after it that fit.
             let mut unit = c.text.to_owned();
-            for (k, n) in cands[i + 1..].iter().enumerate() {
-                if n.rank != c.rank
-                    || n.at != c.at + 1 + k
-                    || unit.len() + 1 + n.text.len() > MAX_QUOTE
-                {
+            for n in following(cands, i) {
+                if unit.len() + 1 + n.text.len() > MAX_QUOTE {
                     break;
                 }
                 unit.push(' ');
@@ -244,6 +238,21 @@ fn weigh(query: &str, cands: &[Candidate<'_>], scores: &mut [f32]) {
             scores[i] *= t.weight(&unit);
         }
     }
+}
+
+/// The sentences after candidate `i` in its passage, in order, up to the
+/// first one missing (a sentence repeated by an earlier passage is not a
+/// candidate of this one).
+fn following<'c, 'a>(
+    cands: &'c [Candidate<'a>],
+    i: usize,
+) -> impl Iterator<Item = &'c Candidate<'a>> {
+    let c = &cands[i];
+    cands[i + 1..]
+        .iter()
+        .enumerate()
+        .take_while(move |(k, n)| n.rank == c.rank && n.at == c.at + 1 + k)
+        .map(|(_, n)| n)
 }
 
 /// The unit to quote, given each candidate's score: the best sentence,

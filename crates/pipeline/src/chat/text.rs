@@ -24,11 +24,17 @@ pub(crate) fn content_words(text: &str) -> Vec<String> {
         .filter(|w| w.chars().count() > 1)
         .map(str::to_lowercase)
         .filter(|w| !STOP.contains(&w.as_str()))
-        .map(|w| match w.strip_suffix('s') {
-            Some(stem) if stem.len() > 3 && !stem.ends_with('s') => stem.to_owned(),
-            _ => w,
-        })
+        .map(singular)
         .collect()
+}
+
+/// `w` (lower case) with a plural `s` taken off, so "closures" meets
+/// "closure" ("class" and "is" stay as they are).
+pub(crate) fn singular(w: String) -> String {
+    match w.strip_suffix('s') {
+        Some(stem) if stem.len() > 3 && !stem.ends_with('s') => stem.to_owned(),
+        _ => w,
+    }
 }
 
 /// The sentences of `text`, trimmed, in order. A line break always ends
