@@ -367,7 +367,7 @@ async fn a_damaged_or_half_loaded_snapshot_is_not_used() {
     a.follow().await.expect("follow");
     assert_eq!(a.save_snapshots().await.expect("save"), 1);
     drop(a);
-    let data = snapshot_dir(saved.path()).join("dense.hnsw.data");
+    let data = snapshot_dir(saved.path()).join("dense.usearch");
     let len = std::fs::metadata(&data).expect("data").len();
     std::fs::OpenOptions::new()
         .write(true)

@@ -1,14 +1,15 @@
 //! HNSW over unit vectors (dot product = cosine similarity), filtered by
-//! metadata, holding each vector once at full precision.
+//! metadata, holding each vector once at full precision. The graph is
+//! usearch's ([`Graph`] says why not hnsw_rs's).
 //!
 //! The graph walks int8 copies of the vectors (a quarter of the memory,
 //! and a cheaper distance) and the candidates it returns are rescored
 //! exactly from the full-precision vectors, as Qdrant does with scalar
 //! quantization: the walk only has to bring the true neighbours into its
 //! candidate list, not order them. Exact scans (small collections, narrow
-//! filters) read the full-precision vectors directly. A wider filter (or a
-//! graph with tombstones) widens the walk by the share of points that may
-//! be returned and drops the rest after it. The list grows with the
+//! filters) read the full-precision vectors directly. A wider filter is
+//! applied inside the walk, which goes on until its list holds enough
+//! points the filter allows. The list grows with the
 //! collection ([`DenseParams::ef_for`]): a walk of the same length reaches
 //! a smaller share of a larger graph.
 //!
@@ -19,16 +20,14 @@
 
 use crate::collection::Allowed;
 use crate::{Hit, IndexError};
-use hnsw_rs::anndists::dist::Distance;
-use hnsw_rs::api::AnnT;
-use hnsw_rs::hnswio::HnswIo;
-use hnsw_rs::prelude::{Hnsw, Neighbour};
 use ragtime_core::Cancel;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::io::{BufWriter, Write};
 use std::path::Path;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, PoisonError, RwLock};
 use tantivy::directory::{Advice, Directory, MmapDirectory, OwnedBytes};
+use usearch::{Index, IndexOptions, MetricKind, ScalarKind};
 
 /// HNSW and filtered-search settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -128,21 +127,6 @@ pub fn quantize_at(v: &[f32], sigmas: f32) -> Vec<i8> {
         .collect()
 }
 
-/// The graph's distance between two int8 vectors: `1 − a·b / (127²·dim)`,
-/// in [0, 2]. Every quantized vector shares one scale, so this is an
-/// increasing function of the approximate cosine distance: it orders
-/// neighbours as the cosine does, which is all the walk needs (the hits'
-/// scores come from the full-precision vectors).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct DotI8;
-
-impl Distance<i8> for DotI8 {
-    fn eval(&self, a: &[i8], b: &[i8]) -> f32 {
-        let full = (127 * 127) as f32 * a.len().max(1) as f32;
-        1.0 - dot_i8(a, b) as f32 / full
-    }
-}
-
 /// Integer dot product in sixteen independent lanes so it vectorises.
 pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
     let mut acc = [0i32; 16];
@@ -161,10 +145,9 @@ pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
     acc.iter().sum::<i32>() + tail
 }
 
-pub(crate) type Graph = Hnsw<'static, i8, DotI8>;
-
-/// The base name of the graph's dump files.
-const DUMP: &str = "dense";
+/// The graph's file in a saved index (usearch's own format: its header,
+/// every point's int8 vector and links, its keys).
+const GRAPH_FILE: &str = "dense.usearch";
 /// The full-precision vectors' file beside the graph's dump.
 const VECTORS_FILE: &str = "dense.vectors";
 /// Its first bytes. Then the dimension and the count (u64 each), every
@@ -289,12 +272,17 @@ impl Vectors {
     }
 
     /// The vectors [`Vectors::save`] wrote, mapped and read in place,
-    /// keeping the points `keep` accepts; an error for another dimension
+    /// keeping the points `keep` accepts (and naming those it did not);
+    /// an error for another dimension
     /// or a file of the wrong length. The file must not change while
     /// mapped: a saved index's files are written once and never rewritten
     /// (a folder that is replaced is removed, and a removed file stays
     /// readable while mapped).
-    fn open(path: &Path, dim: usize, keep: impl Fn(usize) -> bool) -> Result<Self, IndexError> {
+    fn open(
+        path: &Path,
+        dim: usize,
+        keep: impl Fn(usize) -> bool,
+    ) -> Result<(Self, Vec<usize>), IndexError> {
         let bad = |what: &str| IndexError::Snapshot(format!("{}: {what}", path.display()));
         let (Some(folder), Some(name)) = (path.parent(), path.file_name()) else {
             return Err(bad("not a file"));
@@ -333,52 +321,200 @@ impl Vectors {
             return Err(bad("the floats cannot be read in place on this machine"));
         }
         let mut me = Self::new(dim);
+        let mut dropped = Vec::new();
         for i in 0..count {
             let id = word(HEADER + 8 * i) as usize;
-            if keep(id) && me.slots.insert(id, i as u32 | MAPPED).is_some() {
+            if !keep(id) {
+                dropped.push(id);
+            } else if me.slots.insert(id, i as u32 | MAPPED).is_some() {
                 return Err(bad(&format!("point {id} is in the file twice")));
             }
         }
         me.mapped = Some((map, HEADER + 8 * count));
-        Ok(me)
+        Ok((me, dropped))
     }
+}
+
+/// How many calls may be inside one graph at once. usearch gives each
+/// running search or insert one of a fixed set of thread contexts (its
+/// candidate lists and visited set) and fails a call that finds none
+/// free, so a call past this many waits at [`Gate`] for one.
+const CONTEXTS: usize = 64;
+
+/// A counting gate in front of a graph's contexts.
+struct Gate {
+    free: Mutex<usize>,
+    freed: Condvar,
+}
+
+struct Pass<'a>(&'a Gate);
+
+impl Gate {
+    fn new() -> Self {
+        Self {
+            free: Mutex::new(CONTEXTS),
+            freed: Condvar::new(),
+        }
+    }
+
+    fn enter(&self) -> Pass<'_> {
+        let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
+        while *free == 0 {
+            free = self
+                .freed
+                .wait(free)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        *free -= 1;
+        Pass(self)
+    }
+}
+
+impl Drop for Pass<'_> {
+    fn drop(&mut self) {
+        *self.0.free.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+        self.0.freed.notify_one();
+    }
+}
+
+/// The HNSW graph over the int8 vectors: usearch's, not hnsw_rs's.
+/// Measured (`docs/scaling.md`): hnsw_rs holds every link as its own
+/// reference-counted allocation and every point a vector per possible
+/// layer, about 2.3 KiB a point at M = 24 (3.5 GiB of `RssAnon` for a
+/// graph of 1M points, past the 1.5 GiB a replica of 1M chunks should
+/// hold in all), and reads its dump point by point (most of a 39 s start
+/// at 1M). usearch keeps each point's links as 32-bit slots in one
+/// block beside its int8 vector, saves and loads the graph as one file,
+/// takes inserts and searches from many threads, and reuses a removed
+/// point's slot for the next insert.
+pub(crate) struct Graph {
+    index: Index,
+}
+
+impl Graph {
+    fn new(dim: usize, params: &DenseParams) -> Result<Self, IndexError> {
+        let options = IndexOptions {
+            dimensions: dim,
+            // 1 − the int8 dot product: every quantized vector shares one
+            // scale, so this orders neighbours as the cosine does, which
+            // is all the walk needs (hits are scored from the
+            // full-precision vectors).
+            metric: MetricKind::IP,
+            quantization: ScalarKind::I8,
+            connectivity: params.m,
+            expansion_add: params.ef_construction,
+            expansion_search: params.ef_search,
+            multi: false,
+        };
+        let index = Index::new(&options).map_err(graph_error("making the graph"))?;
+        index
+            .reserve_capacity_and_threads(16, CONTEXTS)
+            .map_err(graph_error("sizing the graph"))?;
+        Ok(Self { index })
+    }
+
+    /// The graph saved at `path`, checked to be one of `dim` int8
+    /// dimensions.
+    fn load(path: &Path, dim: usize) -> Result<Self, IndexError> {
+        let name = path
+            .to_str()
+            .ok_or_else(|| IndexError::Snapshot(format!("{}: not a UTF-8 path", path.display())))?;
+        let meta = Index::metadata(name).map_err(graph_error("reading the graph's header"))?;
+        if meta.dimensions != dim as u64
+            || meta.quantization != ScalarKind::I8
+            || meta.metric != MetricKind::IP
+            || meta.multi
+        {
+            return Err(IndexError::Snapshot(format!(
+                "the saved graph has {} dimensions of {:?} by {:?}, the index {dim} of I8 by IP",
+                meta.dimensions, meta.quantization, meta.metric
+            )));
+        }
+        let index = Index::new(&IndexOptions::from(meta))
+            .map_err(graph_error("making the graph to load"))?;
+        index.load(name).map_err(graph_error("loading the graph"))?;
+        index
+            .reserve_capacity_and_threads(index.size() + 16, CONTEXTS)
+            .map_err(graph_error("sizing the graph"))?;
+        Ok(Self { index })
+    }
+
+    /// Inserts (or replaces) one point; an error is logged, not returned:
+    /// the vector is still held at full precision, where exact scans find
+    /// it, and the next rebuild adds it.
+    fn insert(&self, gate: &Gate, id: u64, q: &[i8]) {
+        let _pass = gate.enter();
+        if self.index.contains(id) {
+            let _ = self.index.remove(id);
+        }
+        if let Err(e) = self.index.add(id, q) {
+            tracing::error!(error = %e, chunk_id = id, "inserting into the HNSW graph failed");
+        }
+    }
+
+    /// Inserts points, on every core for a batch worth it.
+    fn insert_all(&self, gate: &Gate, items: &[(u64, Vec<i8>)]) {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if items.len() > 64 && threads > 1 {
+            std::thread::scope(|s| {
+                for part in items.chunks(items.len().div_ceil(threads)) {
+                    s.spawn(move || {
+                        for (id, q) in part {
+                            self.insert(gate, *id, q);
+                        }
+                    });
+                }
+            });
+        } else {
+            for (id, q) in items {
+                self.insert(gate, *id, q);
+            }
+        }
+    }
+
+    /// The `count` points nearest `q` that `allow` accepts (every point
+    /// when `None`), nearest first.
+    fn search(
+        &self,
+        gate: &Gate,
+        q: &[i8],
+        count: usize,
+        allow: Option<&dyn Fn(u64) -> bool>,
+    ) -> Vec<u64> {
+        let _pass = gate.enter();
+        let found = match allow {
+            None => self.index.search(q, count),
+            Some(allow) => self.index.filtered_search(q, count, allow),
+        };
+        match found {
+            Ok(m) => m.keys,
+            Err(e) => {
+                tracing::error!(error = %e, "searching the HNSW graph failed");
+                Vec::new()
+            }
+        }
+    }
+}
+
+fn graph_error<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> IndexError {
+    move |e| IndexError::Snapshot(format!("{what}: {e}"))
 }
 
 pub struct Dense {
     dim: usize,
     params: DenseParams,
     /// Made at the first insert: an empty collection holds no graph.
-    graph: RwLock<Option<Arc<Graph>>>,
+    /// Searches and inserts hold it shared (the graph takes concurrent
+    /// calls); growing its capacity or replacing it holds it alone.
+    graph: RwLock<Option<Graph>>,
+    gate: Gate,
     vectors: RwLock<Vectors>,
-    /// Points still in the graph whose chunks are gone.
-    deleted: RwLock<HashSet<usize>>,
+    /// Points removed since the graph was built: their slots stay in the
+    /// graph (reused by the next inserts) and are walked through.
+    removed: AtomicUsize,
     /// A fixed candidate list for graph searches, set by
     /// [`Dense::set_ef_search`]; 0 follows [`DenseParams::ef_for`].
-    ef_fixed: std::sync::atomic::AtomicUsize,
-}
-
-fn new_graph(params: &DenseParams, capacity: usize) -> Graph {
-    // `capacity` only sizes the first allocations (the graph grows past
-    // it); a small collection gets a small graph.
-    Hnsw::new(
-        params.m,
-        capacity.max(16),
-        16,
-        params.ef_construction,
-        DotI8,
-    )
-}
-
-/// Inserts points into the graph: in parallel for a batch worth it.
-fn insert_all(graph: &Graph, items: &[(Vec<i8>, usize)]) {
-    if items.len() > 64 {
-        let refs: Vec<(&[i8], usize)> = items.iter().map(|(v, id)| (v.as_slice(), *id)).collect();
-        graph.parallel_insert_slice(&refs);
-    } else {
-        for (v, id) in items {
-            graph.insert_slice((v.as_slice(), *id));
-        }
-    }
+    ef_fixed: AtomicUsize,
 }
 
 /// Dot product in eight independent lanes so it vectorises.
@@ -419,15 +555,16 @@ impl Dense {
             dim,
             params,
             graph: RwLock::new(None),
+            gate: Gate::new(),
             vectors: RwLock::new(Vectors::new(dim)),
-            deleted: RwLock::new(HashSet::new()),
-            ef_fixed: std::sync::atomic::AtomicUsize::new(0),
+            removed: AtomicUsize::new(0),
+            ef_fixed: AtomicUsize::new(0),
         }
     }
 
     /// The candidate list of a graph search over `points` points.
     fn ef_search(&self, points: usize) -> usize {
-        match self.ef_fixed.load(std::sync::atomic::Ordering::Relaxed) {
+        match self.ef_fixed.load(Ordering::Relaxed) {
             0 => self.params.ef_for(points),
             fixed => fixed,
         }
@@ -437,25 +574,26 @@ impl Dense {
     /// the collection's size (a search already running keeps its own);
     /// `None` goes back to [`DenseParams::ef_for`].
     pub fn set_ef_search(&self, ef: Option<usize>) {
-        self.ef_fixed.store(
-            ef.map_or(0, |e| e.max(1)),
-            std::sync::atomic::Ordering::Relaxed,
-        );
+        self.ef_fixed
+            .store(ef.map_or(0, |e| e.max(1)), Ordering::Relaxed);
     }
 
-    /// An estimate of the memory the graph and the vectors hold: the
-    /// full-precision slots and their map, and per graph point (tombstones
-    /// included) its int8 copy, its layer-0 links (2·M of 16 bytes) and
-    /// allocation overhead.
+    /// The memory the graph and the vectors hold: the full-precision
+    /// slots and their map, and the graph's own count of its allocations
+    /// (int8 vectors, links, keys).
     pub fn memory_bytes(&self) -> usize {
-        let vectors = self.vectors.read().unwrap_or_else(PoisonError::into_inner);
-        let points = vectors.len()
-            + self
-                .deleted
-                .read()
-                .unwrap_or_else(PoisonError::into_inner)
-                .len();
-        vectors.bytes() + points * (self.dim + 2 * self.params.m * 16 + 96)
+        let vectors = self
+            .vectors
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .bytes();
+        let graph = self
+            .graph
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map_or(0, |g| g.index.memory_usage());
+        vectors + graph
     }
 
     /// Bytes of the files the index reads in place.
@@ -484,81 +622,130 @@ impl Dense {
         }
     }
 
+    /// Makes the graph if there is none and grows its capacity to take
+    /// `more` points (by half again at least, so a stream of small
+    /// batches does not resize at each).
+    fn reserve(&self, more: usize) -> Result<(), IndexError> {
+        {
+            let graph = self.graph.read().unwrap_or_else(PoisonError::into_inner);
+            if let Some(g) = graph.as_ref()
+                && g.index.size() + more <= g.index.capacity()
+            {
+                return Ok(());
+            }
+        }
+        let mut graph = self.graph.write().unwrap_or_else(PoisonError::into_inner);
+        let g = match graph.as_mut() {
+            Some(g) => g,
+            None => graph.insert(Graph::new(self.dim, &self.params)?),
+        };
+        let (size, capacity) = (g.index.size(), g.index.capacity());
+        if size + more > capacity {
+            g.index
+                .reserve_capacity_and_threads((size + more).max(capacity + capacity / 2), CONTEXTS)
+                .map_err(graph_error("growing the graph"))?;
+        }
+        Ok(())
+    }
+
     pub fn add<'a>(&self, items: impl Iterator<Item = (i64, &'a [f32])>) {
         let items: Vec<(i64, &[f32])> = items.collect();
-        let quantized: Vec<(Vec<i8>, usize)> = items
+        if items.is_empty() {
+            return;
+        }
+        let quantized: Vec<(u64, Vec<i8>)> = items
             .iter()
-            .map(|(id, v)| (quantize(v), *id as usize))
+            .map(|(id, v)| (*id as u64, quantize(v)))
             .collect();
-        let graph = {
-            let mut g = self.graph.write().unwrap_or_else(PoisonError::into_inner);
-            g.get_or_insert_with(|| Arc::new(new_graph(&self.params, items.len())))
-                .clone()
-        };
-        insert_all(&graph, &quantized);
+        match self.reserve(quantized.len()) {
+            Ok(()) => {
+                let graph = self.graph.read().unwrap_or_else(PoisonError::into_inner);
+                if let Some(g) = graph.as_ref() {
+                    g.insert_all(&self.gate, &quantized);
+                }
+            }
+            // The vectors are still held (exact scans find them); the
+            // next rebuild inserts them.
+            Err(e) => tracing::error!(error = %e, "the HNSW graph could not take more points"),
+        }
+        let _ = self
+            .removed
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| {
+                Some(r.saturating_sub(items.len()))
+            });
         let mut vectors = self.vectors.write().unwrap_or_else(PoisonError::into_inner);
-        let mut deleted = self.deleted.write().unwrap_or_else(PoisonError::into_inner);
         for (id, v) in items {
-            deleted.remove(&(id as usize));
             vectors.insert(id as usize, v);
         }
     }
 
     pub fn remove(&self, ids: &[i64]) {
-        let (live, dead) = {
+        let (live, removed) = {
             let mut vectors = self.vectors.write().unwrap_or_else(PoisonError::into_inner);
-            let mut deleted = self.deleted.write().unwrap_or_else(PoisonError::into_inner);
+            let graph = self.graph.read().unwrap_or_else(PoisonError::into_inner);
+            let mut gone = 0;
             for id in ids {
                 if vectors.remove(*id as usize) {
-                    deleted.insert(*id as usize);
+                    gone += 1;
+                    if let Some(g) = graph.as_ref() {
+                        let _pass = self.gate.enter();
+                        let _ = g.index.remove(*id as u64);
+                    }
                 }
             }
-            (vectors.len(), deleted.len())
+            (
+                vectors.len(),
+                self.removed.fetch_add(gone, Ordering::Relaxed) + gone,
+            )
         };
-        // Too many tombstones slow searches and hurt recall: rebuild.
-        if dead > 1000 && dead * 4 > live {
+        // Removed points are walked through until inserts reuse their
+        // slots; a collection that shrank by much is rebuilt instead.
+        if removed > 1000 && removed * 4 > live {
             self.rebuild();
         }
     }
 
-    /// Rebuilds the graph from the live vectors (drops tombstones).
+    /// Rebuilds the graph from the live vectors (drops removed points).
     pub fn rebuild(&self) {
-        let vectors = self.vectors.read().unwrap_or_else(PoisonError::into_inner);
-        let graph = new_graph(&self.params, vectors.len());
-        let quantized: Vec<(Vec<i8>, usize)> =
-            vectors.iter().map(|(id, v)| (quantize(v), id)).collect();
-        insert_all(&graph, &quantized);
-        *self.graph.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(graph));
-        self.deleted
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
-    }
-
-    /// The graph as it is now (none before the first insert).
-    fn current_graph(&self) -> Option<Arc<Graph>> {
-        self.graph
+        let quantized: Vec<(u64, Vec<i8>)> = self
+            .vectors
             .read()
             .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+            .iter()
+            .map(|(id, v)| (id as u64, quantize(v)))
+            .collect();
+        let graph = match Graph::new(self.dim, &self.params).and_then(|g| {
+            g.index
+                .reserve_capacity_and_threads(quantized.len() + 16, CONTEXTS)
+                .map_err(graph_error("sizing the graph"))?;
+            Ok(g)
+        }) {
+            Ok(g) => g,
+            Err(e) => {
+                tracing::error!(error = %e, "rebuilding the HNSW graph failed");
+                return;
+            }
+        };
+        graph.insert_all(&self.gate, &quantized);
+        *self.graph.write().unwrap_or_else(PoisonError::into_inner) = Some(graph);
+        self.removed.store(0, Ordering::Relaxed);
     }
 
-    /// Writes the graph (with its int8 points) into `dir` as hnsw_rs's
-    /// dump, `dense.hnsw.graph` and `dense.hnsw.data`, and the
-    /// full-precision vectors as `dense.vectors`; nothing for an empty
-    /// index.
+    /// Writes the graph (with its int8 points) into `dir` as
+    /// `dense.usearch` and the full-precision vectors as `dense.vectors`;
+    /// nothing for an empty index.
     pub fn save(&self, dir: &Path) -> Result<(), IndexError> {
-        let Some(graph) = self.current_graph() else {
+        let graph = self.graph.read().unwrap_or_else(PoisonError::into_inner);
+        let Some(g) = graph.as_ref() else {
             return Ok(());
         };
-        let name = graph
-            .file_dump(dir, DUMP)
-            .map_err(|e| IndexError::Snapshot(format!("dumping the graph: {e:#}")))?;
-        if name != DUMP {
-            return Err(IndexError::Snapshot(format!(
-                "the graph was dumped as {name}, not {DUMP}"
-            )));
-        }
+        let path = dir.join(GRAPH_FILE);
+        let name = path
+            .to_str()
+            .ok_or_else(|| IndexError::Snapshot(format!("{}: not a UTF-8 path", path.display())))?;
+        g.index
+            .save(name)
+            .map_err(graph_error("saving the graph"))?;
         self.vectors
             .read()
             .unwrap_or_else(PoisonError::into_inner)
@@ -568,32 +755,19 @@ impl Dense {
     /// The graph saved in `dir` (`None` when none was: an empty index),
     /// checked to be of `dim` dimensions.
     pub(crate) fn read_graph(dir: &Path, dim: usize) -> Result<Option<Graph>, IndexError> {
-        if !dir.join(format!("{DUMP}.hnsw.graph")).is_file() {
+        let path = dir.join(GRAPH_FILE);
+        if !path.is_file() {
             return Ok(None);
         }
-        // The loaded graph borrows its loader for its whole life (hnsw_rs
-        // ties them with a lifetime, for the memory-mapped case); the
-        // loader holds two paths and options, not the data, so it is
-        // leaked: a few hundred bytes per load.
-        let io: &'static mut HnswIo = Box::leak(Box::new(HnswIo::new(dir, DUMP)));
-        let graph: Graph = io
-            .load_hnsw::<i8, DotI8>()
-            .map_err(|e| IndexError::Snapshot(format!("loading the graph: {e:#}")))?;
-        if graph.get_point_indexation().get_data_dimension() != dim {
-            return Err(IndexError::Snapshot(format!(
-                "the saved graph has {} dimensions, the index {dim}",
-                graph.get_point_indexation().get_data_dimension()
-            )));
-        }
-        Ok(Some(graph))
+        Graph::load(&path, dim).map(Some)
     }
 
     /// The index [`Dense::save`] wrote into `dir`, its graph read by
     /// [`Dense::read_graph`]; `live` says which of its points still hold a
-    /// chunk (the rest are kept in the graph as tombstones, as they were).
-    /// An empty index when `dir` holds no graph; an error when the vectors
-    /// are damaged, of another dimension or of another form than the
-    /// graph's points, or a live chunk has no vector.
+    /// chunk (the others are removed from the graph). An empty index when
+    /// `dir` holds no graph; an error when the vectors are damaged, of
+    /// another dimension or not the ones the graph's points were made
+    /// from, or the graph and the vectors hold different points.
     pub(crate) fn with_graph(
         dim: usize,
         params: DenseParams,
@@ -605,40 +779,37 @@ impl Dense {
         let Some(graph) = graph else {
             return Ok(me);
         };
-        let vectors = Vectors::open(&dir.join(VECTORS_FILE), dim, &live)?;
-        {
-            let mut deleted = me.deleted.write().unwrap_or_else(PoisonError::into_inner);
-            let mut in_graph = 0usize;
-            for p in graph.get_point_indexation() {
-                let id = p.get_origin_id();
-                if let Some(v) = vectors.get(id) {
-                    in_graph += 1;
-                    // The same ids and dimension are not enough: the
-                    // vectors must be the ones the graph's int8 points were
-                    // made from (checked on a sample; a copy from another
-                    // snapshot fails it).
-                    if in_graph <= 64 && quantize(v) != p.get_v() {
-                        return Err(IndexError::Snapshot(format!(
-                            "the vector of chunk {id} is not the one its graph point was made from"
-                        )));
-                    }
-                } else if live(id) {
-                    return Err(IndexError::Snapshot(format!(
-                        "chunk {id} is in the graph but has no vector"
-                    )));
-                } else {
-                    deleted.insert(id);
-                }
+        let (vectors, dropped) = Vectors::open(&dir.join(VECTORS_FILE), dim, &live)?;
+        let mismatch = |what: String| Err(IndexError::Snapshot(what));
+        if graph.index.size() != vectors.len() + dropped.len() {
+            return mismatch(format!(
+                "{} vectors, {} points in the graph",
+                vectors.len() + dropped.len(),
+                graph.index.size()
+            ));
+        }
+        let mut point = vec![0i8; dim];
+        for (i, (id, v)) in vectors.iter().enumerate() {
+            if !graph.index.contains(id as u64) {
+                return mismatch(format!("chunk {id} has a vector but no graph point"));
             }
-            if in_graph != vectors.len() {
-                return Err(IndexError::Snapshot(format!(
-                    "{} vectors, {in_graph} of them in the graph",
-                    vectors.len()
-                )));
+            // The same ids and dimension are not enough: the vectors must
+            // be the ones the graph's int8 points were made from (checked
+            // on a sample; a copy from another snapshot fails it).
+            if i < 64
+                && (graph.index.get(id as u64, &mut point).ok() != Some(1) || quantize(v) != point)
+            {
+                return mismatch(format!(
+                    "the vector of chunk {id} is not the one its graph point was made from"
+                ));
             }
         }
+        for id in &dropped {
+            let _ = graph.index.remove(*id as u64);
+        }
+        me.removed.store(dropped.len(), Ordering::Relaxed);
         *me.vectors.write().unwrap_or_else(PoisonError::into_inner) = vectors;
-        *me.graph.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(graph));
+        *me.graph.write().unwrap_or_else(PoisonError::into_inner) = Some(graph);
         Ok(me)
     }
 
@@ -656,18 +827,52 @@ impl Dense {
     }
 
     /// The `k` best of the graph's candidates, rescored at full precision.
-    fn rescore(&self, query: &[f32], candidates: Vec<Neighbour>, k: usize) -> Vec<Hit> {
+    fn rescore(&self, query: &[f32], candidates: Vec<u64>, k: usize) -> Vec<Hit> {
         let vectors = self.vectors.read().unwrap_or_else(PoisonError::into_inner);
         let hits = candidates
             .into_iter()
-            .filter_map(|n| {
-                vectors.get(n.d_id).map(|v| Hit {
-                    chunk_id: n.d_id as i64,
+            .filter_map(|id| {
+                vectors.get(id as usize).map(|v| Hit {
+                    chunk_id: id as i64,
                     score: dot(query, v),
                 })
             })
             .collect();
         top_k(hits, k)
+    }
+
+    /// The exact `k` best of `ids` (all points when `None`).
+    fn scan(
+        &self,
+        query: &[f32],
+        k: usize,
+        ids: Option<&[usize]>,
+        cancel: &Cancel,
+    ) -> (Vec<Hit>, SearchPath) {
+        let vectors = self.vectors.read().unwrap_or_else(PoisonError::into_inner);
+        let Some(ids) = ids else {
+            let hits = vectors
+                .iter()
+                .map(|(id, v)| Hit {
+                    chunk_id: id as i64,
+                    score: dot(query, v),
+                })
+                .collect();
+            return (top_k(hits, k), SearchPath::Exact);
+        };
+        let mut hits = Vec::with_capacity(ids.len());
+        for (i, id) in ids.iter().enumerate() {
+            if i % 1024 == 1023 && cancel.is_cancelled() {
+                return (top_k(hits, k), SearchPath::Cancelled);
+            }
+            if let Some(v) = vectors.get(*id) {
+                hits.push(Hit {
+                    chunk_id: *id as i64,
+                    score: dot(query, v),
+                });
+            }
+        }
+        (top_k(hits, k), SearchPath::Exact)
     }
 
     pub fn search(
@@ -681,32 +886,26 @@ impl Dense {
         if k == 0 || query.len() != self.dim {
             return (Vec::new(), SearchPath::Exact);
         }
-        let Some(graph) = self.current_graph() else {
+        let live = self.live();
+        if live == 0 {
             return (Vec::new(), SearchPath::Exact);
-        };
+        }
+        // The candidate list: every one is rescored at full precision.
+        let ef = self.ef_search(total).max(k);
         match allowed {
             // A small collection is scanned exactly: as fast as the graph at
             // this size, and a point the graph cannot reach (near-duplicate
             // neighbours prune its in-links) is still found.
-            Allowed::All if self.live() <= self.params.exact_below => {
-                let vectors = self.vectors.read().unwrap_or_else(PoisonError::into_inner);
-                let hits = vectors
-                    .iter()
-                    .map(|(id, v)| Hit {
-                        chunk_id: id as i64,
-                        score: dot(query, v),
-                    })
-                    .collect();
-                (top_k(hits, k), SearchPath::Exact)
-            }
+            Allowed::All if live <= self.params.exact_below => self.scan(query, k, None, cancel),
             Allowed::All => {
-                let q = quantize(query);
-                let ef = self.walk(k, total, total);
-                let found = graph.search(&q, ef, ef);
-                (
-                    self.rescore(query, self.without_tombstones(found), k),
-                    SearchPath::Graph,
-                )
+                let found = {
+                    let graph = self.graph.read().unwrap_or_else(PoisonError::into_inner);
+                    let Some(g) = graph.as_ref() else {
+                        return self.scan(query, k, None, cancel);
+                    };
+                    g.search(&self.gate, &quantize(query), ef, None)
+                };
+                (self.rescore(query, found, k), SearchPath::Graph)
             }
             Allowed::Only(only) => {
                 let set = &only.chunks;
@@ -715,68 +914,23 @@ impl Dense {
                     .exact_below
                     .max((self.params.exact_fraction * total as f32) as usize);
                 if set.len() <= exact_limit {
-                    let vectors = self.vectors.read().unwrap_or_else(PoisonError::into_inner);
-                    let mut hits = Vec::with_capacity(set.len());
-                    for (i, id) in set.iter().enumerate() {
-                        if i % 1024 == 1023 && cancel.is_cancelled() {
-                            return (top_k(hits, k), SearchPath::Cancelled);
-                        }
-                        if let Some(v) = vectors.get(*id) {
-                            hits.push(Hit {
-                                chunk_id: *id as i64,
-                                score: dot(query, v),
-                            });
-                        }
-                    }
-                    (top_k(hits, k), SearchPath::Exact)
-                } else {
-                    let q = quantize(query);
-                    let ef = self.walk(k, total, set.len());
-                    let found = graph
-                        .search(&q, ef, ef)
-                        .into_iter()
-                        .filter(|n| set.binary_search(&n.d_id).is_ok())
-                        .collect();
-                    (self.rescore(query, found, k), SearchPath::FilteredGraph)
+                    return self.scan(query, k, Some(set.as_slice()), cancel);
                 }
+                // The walk goes through every point but keeps only those
+                // the filter allows, until it holds `ef` of them: a wider
+                // filter walks a little further, never a list the filter
+                // then empties.
+                let found = {
+                    let graph = self.graph.read().unwrap_or_else(PoisonError::into_inner);
+                    let Some(g) = graph.as_ref() else {
+                        return self.scan(query, k, Some(set.as_slice()), cancel);
+                    };
+                    let allow = |id: u64| set.binary_search(&(id as usize)).is_ok();
+                    g.search(&self.gate, &quantize(query), ef, Some(&allow))
+                };
+                (self.rescore(query, found, k), SearchPath::FilteredGraph)
             }
         }
-    }
-
-    /// The candidate list of a walk that should bring back `ef_for(live)`
-    /// candidates of which `allowed` of the graph's points are eligible:
-    /// widened by the share of its points they are (tombstones included),
-    /// at most `ef_max`.
-    ///
-    /// The walk is unfiltered and its candidates filtered after: hnsw_rs's
-    /// own filtered walk goes on until its candidate queue is empty and
-    /// re-filters its whole result list at each step past the stopping
-    /// point, so its cost grows with the square of the list (a 50 % filter
-    /// took 1 s at a list of 1,600 over a million points, against 17 ms
-    /// for the unfiltered walk). Narrow filters never get here (an exact
-    /// scan serves them), so the widening stays within a few times.
-    fn walk(&self, k: usize, live: usize, allowed: usize) -> usize {
-        let tombstones = self
-            .deleted
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len();
-        let least = self.ef_search(live).max(k);
-        let share = allowed.max(1) as f64 / (live + tombstones).max(1) as f64;
-        ((least as f64 / share.min(1.0)).ceil() as usize)
-            .clamp(least, self.params.ef_max.max(least))
-    }
-
-    /// A walk's candidates without the points whose chunks are gone.
-    fn without_tombstones(&self, found: Vec<Neighbour>) -> Vec<Neighbour> {
-        let deleted = self.deleted.read().unwrap_or_else(PoisonError::into_inner);
-        if deleted.is_empty() {
-            return found;
-        }
-        found
-            .into_iter()
-            .filter(|n| !deleted.contains(&n.d_id))
-            .collect()
     }
 }
 
@@ -822,17 +976,16 @@ mod tests {
             }
         }
         assert!(worst < 0.01, "int8 dot off by {worst}");
-        // The distance orders points as the cosine does, but for ties
-        // closer than the quantization's error.
+        // The int8 dot product orders points as the cosine does, but for
+        // ties closer than the quantization's error.
         let q = quantize(&vs[0]);
         for a in &vs[1..] {
             for b in &vs[1..] {
                 if dot(&vs[0], a) > dot(&vs[0], b) + 0.01 {
-                    assert!(DotI8.eval(&q, &quantize(a)) < DotI8.eval(&q, &quantize(b)));
+                    assert!(dot_i8(&q, &quantize(a)) > dot_i8(&q, &quantize(b)));
                 }
             }
         }
-        assert!(DotI8.eval(&q, &q) >= 0.0);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Retrieval indexes, one set per collection, built from the store or
 //! opened from a snapshot of them (`snapshot`): a filtered HNSW
-//! (`hnsw_rs`, dot product on unit vectors = cosine) over the chunks, and
+//! (`usearch`, over int8 copies of unit vectors, rescored by cosine) over the chunks, and
 //! BM25 indexes (`tantivy`, English stemming) over the same chunks and
 //! over whole documents, with the same metadata filters. Given a
 //! [`Workspace`], the BM25 indexes live on disk, memory-mapped; the

@@ -4,9 +4,8 @@
 //! inserts on two cores; loading its dump is a read).
 //!
 //! A snapshot folder holds `chunks.jsonl` (one line per document: its ids,
-//! title, metadata and chunks' text), the graph as hnsw_rs dumps it
-//! (`dense.hnsw.graph`, `dense.hnsw.data`; its points are the int8
-//! vectors it walks), the full-precision vectors (`dense.vectors`) and the
+//! title, metadata and chunks' text), the graph as usearch saves it
+//! (`dense.usearch`: the int8 vectors it walks and their links), the full-precision vectors (`dense.vectors`) and the
 //! two tantivy indexes' files (`chunks-bm25/`, `documents-bm25/`). What it reflects of the store (the change-log
 //! position) is the caller's to record.
 

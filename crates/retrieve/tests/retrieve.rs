@@ -669,6 +669,28 @@ fn saved(
     (idx, vs, dir)
 }
 
+/// Loads the snapshot in `dir` after `file` in it was replaced by each of
+/// `versions`, expecting every load refused; the errors, in order.
+fn refused_with(
+    dir: &std::path::Path,
+    dim: usize,
+    file: &str,
+    versions: Vec<(&str, Vec<u8>)>,
+) -> Vec<String> {
+    versions
+        .into_iter()
+        .map(|(what, bytes)| {
+            std::fs::write(dir.join(file), &bytes).expect("write");
+            let err = CollectionIndex::load(dir, dim, DenseParams::default(), None)
+                .err()
+                .unwrap_or_else(|| panic!("{file} {what} was served"))
+                .to_string();
+            eprintln!("{file} {what}: {err}");
+            err
+        })
+        .collect()
+}
+
 #[test]
 fn a_damaged_snapshot_is_an_error_not_a_wrong_index() {
     let dim = 8;
@@ -694,24 +716,23 @@ fn damaged_or_missing_full_precision_vectors_are_an_error() {
     let whole = std::fs::read(&file).expect("the vectors are saved beside the graph");
     assert_eq!(whole.len(), 24 + 300 * (8 + dim * 4), "one copy of each");
     assert!(CollectionIndex::load(dir.path(), dim, DenseParams::default(), None).is_ok());
-    for (what, bytes) in [
-        ("truncated", whole[..whole.len() - 5].to_vec()),
-        (
-            "one point short",
-            whole[..whole.len() - (8 + dim * 4)].to_vec(),
-        ),
-        ("longer", [whole.as_slice(), &[0u8; 9]].concat()),
-        (
-            "foreign",
-            b"not a vectors file at all, though long enough".to_vec(),
-        ),
-    ] {
-        std::fs::write(&file, &bytes).expect("write");
-        let err = CollectionIndex::load(dir.path(), dim, DenseParams::default(), None)
-            .err()
-            .unwrap_or_else(|| panic!("a {what} vectors file was served"));
-        eprintln!("{what}: {err}");
-    }
+    refused_with(
+        dir.path(),
+        dim,
+        "dense.vectors",
+        vec![
+            ("truncated", whole[..whole.len() - 5].to_vec()),
+            (
+                "one point short",
+                whole[..whole.len() - (8 + dim * 4)].to_vec(),
+            ),
+            ("longer", [whole.as_slice(), &[0u8; 9]].concat()),
+            (
+                "foreign",
+                b"not a vectors file at all, though long enough".to_vec(),
+            ),
+        ],
+    );
     // Another index's vectors: the same ids, dimension and length.
     let (_, _, other) = saved(300, dim, 66, DenseParams::default());
     std::fs::copy(other.path().join("dense.vectors"), &file).expect("copy");
@@ -724,6 +745,50 @@ fn damaged_or_missing_full_precision_vectors_are_an_error() {
         CollectionIndex::load(dir.path(), dim, DenseParams::default(), None).is_err(),
         "a graph without its vectors was served"
     );
+}
+
+#[test]
+fn a_damaged_or_foreign_graph_file_is_an_error_never_a_crash() {
+    let dim = 8;
+    let (_, _, dir) = saved(300, dim, 7, DenseParams::default());
+    let file = dir.path().join("dense.usearch");
+    let whole = std::fs::read(&file).expect("the graph is saved as one file");
+    assert!(CollectionIndex::load(dir.path(), dim, DenseParams::default(), None).is_ok());
+    refused_with(
+        dir.path(),
+        dim,
+        "dense.usearch",
+        vec![
+            (
+                "truncated by a few bytes",
+                whole[..whole.len() - 7].to_vec(),
+            ),
+            ("cut in half", whole[..whole.len() / 2].to_vec()),
+            ("cut to its header", whole[..64.min(whole.len())].to_vec()),
+            ("empty", Vec::new()),
+            (
+                "foreign",
+                b"not a graph file at all, though long enough to hold a header".repeat(8),
+            ),
+        ],
+    );
+    // Another index's graph: the same ids and dimension, other vectors.
+    let (_, _, other) = saved(300, dim, 77, DenseParams::default());
+    std::fs::copy(other.path().join("dense.usearch"), &file).expect("copy");
+    let err = CollectionIndex::load(dir.path(), dim, DenseParams::default(), None)
+        .err()
+        .expect("another index's graph was served");
+    assert!(err.to_string().contains("not the one"), "{err}");
+    // A graph missing one point the vectors hold.
+    let (fewer, _, _) = saved(300, dim, 7, DenseParams::default());
+    fewer.remove(&[300]).expect("remove");
+    let fewer_dir = tempfile::tempdir().expect("tempdir");
+    fewer.save(fewer_dir.path()).expect("save");
+    std::fs::copy(fewer_dir.path().join("dense.usearch"), &file).expect("copy");
+    let err = CollectionIndex::load(dir.path(), dim, DenseParams::default(), None)
+        .err()
+        .expect("a graph short of a point was served");
+    assert!(err.to_string().contains("points in the graph"), "{err}");
 }
 
 #[test]

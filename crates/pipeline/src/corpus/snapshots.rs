@@ -9,10 +9,11 @@
 //! `<position>.saving-<run>` and renamed once complete and flushed; such a
 //! folder is never read, is removed at once if the save fails, and is
 //! removed by the next save once its run is over. Before a load its files'
-//! sizes are checked (hnsw_rs exits the process on a truncated file rather
-//! than returning an error), and a `loading-<run>` marker is left in the
-//! folder while it loads: a process that died loading it leaves the
-//! marker, and the next start refuses the snapshot instead of dying again.
+//! sizes are checked (a native loader may end the process on a truncated
+//! file rather than return an error: hnsw_rs did), and a `loading-<run>`
+//! marker is left in the folder while it loads: a process that died
+//! loading it leaves the marker, and the next start refuses the snapshot
+//! instead of dying again.
 //! Snapshots are a cache of the store: any that cannot be trusted is
 //! removed and the collection loads from the store.
 //!
@@ -487,8 +488,9 @@ impl Resident {
             )));
         }
         check(dir, meta).map_err(untrusted)?;
-        // Left behind if the process dies loading (hnsw_rs exits on a
-        // truncated file): the next start then refuses the snapshot.
+        // Left behind if the process dies loading (a native loader may
+        // end it on a damaged file): the next start then refuses the
+        // snapshot.
         let loading = Loading::begin(dir).map_err(untrusted)?;
         let (dir, dim, params) = (dir.to_owned(), self.indexes.dim(), self.indexes.params());
         let folder = self.indexes.folder();
