@@ -735,11 +735,13 @@ fn damaged_or_missing_full_precision_vectors_are_an_error() {
     );
     // Another index's vectors: the same ids, dimension and length.
     let (_, _, other) = saved(300, dim, 66, DenseParams::default());
-    std::fs::copy(other.path().join("dense.vectors"), &file).expect("copy");
-    let err = CollectionIndex::load(dir.path(), dim, DenseParams::default(), None)
-        .err()
-        .expect("another index's vectors were served");
-    assert!(err.to_string().contains("not the one"), "{err}");
+    let err = refused_with(
+        dir.path(),
+        dim,
+        "dense.vectors",
+        vec![("of another index", read(&other, "dense.vectors"))],
+    );
+    assert!(err[0].contains("not the one"), "{err:?}");
     std::fs::remove_file(&file).expect("remove");
     assert!(
         CollectionIndex::load(dir.path(), dim, DenseParams::default(), None).is_err(),
@@ -772,23 +774,29 @@ fn a_damaged_or_foreign_graph_file_is_an_error_never_a_crash() {
             ),
         ],
     );
-    // Another index's graph: the same ids and dimension, other vectors.
+    // Another index's graph: the same ids and dimension, other vectors;
+    // and a graph missing one point the vectors hold.
     let (_, _, other) = saved(300, dim, 77, DenseParams::default());
-    std::fs::copy(other.path().join("dense.usearch"), &file).expect("copy");
-    let err = CollectionIndex::load(dir.path(), dim, DenseParams::default(), None)
-        .err()
-        .expect("another index's graph was served");
-    assert!(err.to_string().contains("not the one"), "{err}");
-    // A graph missing one point the vectors hold.
     let (fewer, _, _) = saved(300, dim, 7, DenseParams::default());
     fewer.remove(&[300]).expect("remove");
     let fewer_dir = tempfile::tempdir().expect("tempdir");
     fewer.save(fewer_dir.path()).expect("save");
-    std::fs::copy(fewer_dir.path().join("dense.usearch"), &file).expect("copy");
-    let err = CollectionIndex::load(dir.path(), dim, DenseParams::default(), None)
-        .err()
-        .expect("a graph short of a point was served");
-    assert!(err.to_string().contains("points in the graph"), "{err}");
+    let err = refused_with(
+        dir.path(),
+        dim,
+        "dense.usearch",
+        vec![
+            ("of another index", read(&other, "dense.usearch")),
+            ("one point short", read(&fewer_dir, "dense.usearch")),
+        ],
+    );
+    assert!(err[0].contains("not the one"), "{err:?}");
+    assert!(err[1].contains("points in the graph"), "{err:?}");
+}
+
+/// A saved index's file.
+fn read(dir: &tempfile::TempDir, file: &str) -> Vec<u8> {
+    std::fs::read(dir.path().join(file)).expect("a saved file")
 }
 
 #[test]
