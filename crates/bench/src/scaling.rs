@@ -25,7 +25,39 @@ fn unit_vector(rng: &mut Rng) -> Vec<f32> {
     v.into_iter().map(|x| x / n).collect()
 }
 
-fn document(id: String, chunks: usize, rng: &mut Rng) -> NewDocument {
+/// The `rank`th word (0 the most common) of a made-up vocabulary, spelled
+/// from syllables.
+fn word(mut rank: usize) -> String {
+    const SYLLABLES: [&str; 16] = [
+        "ka", "lo", "mi", "nu", "pe", "ra", "so", "ti", "va", "ze", "bri", "dun", "fel", "gor",
+        "hax", "jin",
+    ];
+    let mut w = String::new();
+    loop {
+        w.push_str(SYLLABLES[rank % 16]);
+        rank /= 16;
+        if rank == 0 {
+            return w;
+        }
+    }
+}
+
+/// About `bytes` bytes of text, its words drawn from a 50,000-word
+/// vocabulary by Zipf's law (a word's frequency falls as 1/rank, as in
+/// prose): postings as long and as varied as a real corpus's.
+fn prose(bytes: usize, rng: &mut Rng) -> String {
+    let mut s = String::with_capacity(bytes + 16);
+    while s.len() < bytes {
+        let rank = (50_000f64.powf(rng.unit() as f64) - 1.0) as usize;
+        s.push_str(&word(rank));
+        s.push(' ');
+    }
+    s
+}
+
+/// A document of `chunks` chunks; each chunk's text a sentence, and
+/// `prose` bytes of made-up prose after it.
+fn document(id: String, chunks: usize, prose_bytes: usize, rng: &mut Rng) -> NewDocument {
     NewDocument {
         external_id: id.clone(),
         title: id.clone(),
@@ -36,7 +68,8 @@ fn document(id: String, chunks: usize, rng: &mut Rng) -> NewDocument {
                 position: i as i32,
                 section: String::new(),
                 text: format!(
-                    "Chunk {i} of {id}: cells divide, proteins fold and membranes carry charge."
+                    "Chunk {i} of {id}: cells divide, proteins fold and membranes carry charge. {}",
+                    prose(prose_bytes, rng)
                 ),
                 tokens: 16,
                 embedding: unit_vector(rng),
@@ -102,7 +135,7 @@ pub async fn scaling() {
                 .ensure_collection(&format!("c{i:05}"))
                 .await
                 .expect("collection");
-            let doc = document(format!("d{i}"), 1, &mut rng);
+            let doc = document(format!("d{i}"), 1, 0, &mut rng);
             store.upsert_document(id, &doc).await.expect("document");
         }
         store.close().await;
@@ -170,7 +203,7 @@ pub async fn scaling() {
             .expect("store");
         let id = store.ensure_collection("big").await.expect("collection");
         let docs: Vec<NewDocument> = (0..big / 10)
-            .map(|i| document(format!("b{i}"), 10, &mut rng))
+            .map(|i| document(format!("b{i}"), 10, 0, &mut rng))
             .collect();
         for batch in docs.chunks(100) {
             store
@@ -199,10 +232,14 @@ pub async fn scaling() {
 /// document; random unit vectors), kept under `BENCH_STORE` when set.
 async fn big_store(
     chunks: usize,
+    prose_bytes: usize,
     rng: &mut Rng,
 ) -> (std::path::PathBuf, Option<tempfile::TempDir>) {
     let (dir, temp) = match std::env::var("BENCH_STORE") {
-        Ok(base) => (Path::new(&base).join(format!("startup-{chunks}")), None),
+        Ok(base) => (
+            Path::new(&base).join(format!("startup-{chunks}-{prose_bytes}")),
+            None,
+        ),
         Err(_) => {
             let t = tempfile::tempdir().expect("tempdir");
             (t.path().to_owned(), Some(t))
@@ -217,7 +254,7 @@ async fn big_store(
     let id = store.ensure_collection("big").await.expect("collection");
     for start in (0..chunks / 10).step_by(500) {
         let docs: Vec<NewDocument> = (start..(start + 500).min(chunks / 10))
-            .map(|i| document(format!("b{i}"), 10, rng))
+            .map(|i| document(format!("b{i}"), 10, prose_bytes, rng))
             .collect();
         store
             .upsert_documents(id, &docs, None, None)
@@ -340,7 +377,9 @@ async fn prebuild_snapshot(data: &Path, ef_construction: usize) {
 /// latency then, the snapshot's save time and size. `BENCH_STARTUP_FROM=
 /// snapshot` skips the start from the store: the snapshot is then built
 /// in this process (`BENCH_SNAPSHOT_EF`, the graph's ef_construction,
-/// default the server's) unless one is there.
+/// default the server's) unless one is there. A chunk's text is a sentence
+/// and `BENCH_STARTUP_PROSE` bytes (default 1,000: a real chunk's length)
+/// of made-up prose.
 pub async fn startup() {
     let sizes: Vec<usize> = std::env::var("BENCH_STARTUP_CHUNKS")
         .unwrap_or_else(|_| "100000,1000000".into())
@@ -348,6 +387,7 @@ pub async fn startup() {
         .filter_map(|s| s.trim().parse().ok())
         .collect();
     let from_store = std::env::var("BENCH_STARTUP_FROM").map_or(true, |f| f.contains("store"));
+    let prose_bytes = env_usize("BENCH_STARTUP_PROSE", 1000);
     let ef = env_usize(
         "BENCH_SNAPSHOT_EF",
         ragtime_retrieve::DenseParams::default().ef_construction,
@@ -363,7 +403,7 @@ pub async fn startup() {
     let mut rows = Vec::new();
     let mut notes = Vec::new();
     for chunks in sizes {
-        let (dir, _keep) = big_store(chunks, &mut rng).await;
+        let (dir, _keep) = big_store(chunks, prose_bytes, &mut rng).await;
         let mut starts = Vec::new();
         if from_store {
             let _ = std::fs::remove_dir_all(dir.join("indexes"));
@@ -419,7 +459,10 @@ pub async fn startup() {
     for r in rows {
         println!("{r}");
     }
-    println!("\n(the empty process: {base_rss:.0} MiB, RssAnon {base_anon:.0} MiB)");
+    println!(
+        "\n(the empty process: {base_rss:.0} MiB, RssAnon {base_anon:.0} MiB; chunks of ~{} bytes)",
+        prose_bytes + 90
+    );
     for n in notes {
         println!("- {n}");
     }

@@ -38,7 +38,7 @@ impl Rng {
         self.0 ^= self.0 << 17;
         self.0
     }
-    fn unit(&mut self) -> f32 {
+    pub fn unit(&mut self) -> f32 {
         (self.next() >> 11) as f32 / (1u64 << 53) as f32
     }
     /// An exponential wait of mean `1 / rate` (Poisson arrivals).

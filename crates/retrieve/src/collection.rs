@@ -1,8 +1,16 @@
 //! One collection's chunks, dense and lexical indexes, and filter cache.
+//!
+//! The heap holds, per chunk, its document, position and where its words
+//! are ([`Texts`]: a snapshot's mapped file, or a file of the work
+//! folder), per document its ids, title and metadata's number, and each
+//! distinct metadata value once ([`Metadata`]); a chunk's words are read
+//! when it is returned, or when its document's entry in the document
+//! index is rewritten.
 
 use crate::dense::{Dense, DenseParams, SearchPath};
 use crate::lexical::{AUTO_MAX_CHUNKS, Boosts, Entry, Lexical, LexicalUnit};
-use crate::snapshot::{self, Saved, read_chunks, sync_tree, write_chunks};
+use crate::snapshot::{self, ChunkLine, DocumentLine, Saved, read_chunks, sync_tree, write_chunks};
+use crate::texts::{Saving, Span, Texts, Words};
 use crate::workspace::WorkDir;
 use crate::{Chunk, DocHit, Hit, IndexError};
 use ragtime_core::{Cancel, Filter};
@@ -12,17 +20,145 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
+/// What the heap holds of a chunk: its place, and where its words are
+/// ([`Texts`]: read for the chunks a search returns).
+struct ChunkEntry {
+    document_id: i64,
+    position: i32,
+    words: Span,
+}
+
 struct DocEntry {
-    metadata: Arc<Value>,
+    external_id: Arc<str>,
+    title: Arc<str>,
+    /// Its metadata's number in [`Metadata`].
+    metadata: u32,
     chunks: Vec<i64>,
 }
 
 #[derive(Default)]
 struct Corpus {
-    chunks: HashMap<i64, Arc<Chunk>>,
+    chunks: HashMap<i64, ChunkEntry>,
     docs: HashMap<i64, DocEntry>,
     /// A document's id by its external id.
-    by_external: HashMap<String, i64>,
+    by_external: HashMap<Arc<str>, i64>,
+    metadata: Metadata,
+}
+
+/// The documents' metadata, each distinct value held once and numbered: a
+/// company's documents mostly share a few values (a source, a language, a
+/// team), which would otherwise be one JSON tree per document, and a
+/// filter is then decided once per distinct value, not per document.
+#[derive(Default)]
+struct Metadata {
+    /// A value and how many documents hold it (none: a free number).
+    values: Vec<(Arc<Value>, u32)>,
+    free: Vec<u32>,
+    /// A value's number by the hash of its JSON text (on a collision the
+    /// later value is numbered on its own: it is never wrongly shared).
+    by_hash: HashMap<u64, u32>,
+}
+
+impl Metadata {
+    fn hash(v: &Value) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        v.to_string().hash(&mut h);
+        h.finish()
+    }
+
+    /// The number of `v`, taken by one more document.
+    fn take(&mut self, v: Arc<Value>) -> u32 {
+        let h = Self::hash(&v);
+        if let Some(&n) = self.by_hash.get(&h)
+            && *self.values[n as usize].0 == *v
+        {
+            self.values[n as usize].1 += 1;
+            return n;
+        }
+        let n = match self.free.pop() {
+            Some(n) => {
+                self.values[n as usize] = (v, 1);
+                n
+            }
+            None => {
+                self.values.push((v, 1));
+                (self.values.len() - 1) as u32
+            }
+        };
+        self.by_hash.entry(h).or_insert(n);
+        n
+    }
+
+    /// One document fewer holds value `n`.
+    fn release(&mut self, n: u32) {
+        let entry = &mut self.values[n as usize];
+        entry.1 -= 1;
+        if entry.1 == 0 {
+            let h = Self::hash(&entry.0);
+            entry.0 = Arc::new(Value::Null);
+            if self.by_hash.get(&h) == Some(&n) {
+                self.by_hash.remove(&h);
+            }
+            self.free.push(n);
+        }
+    }
+
+    fn get(&self, n: u32) -> &Arc<Value> {
+        &self.values[n as usize].0
+    }
+
+    /// Which numbers `filter` allows.
+    fn allowed(&self, filter: &Filter) -> Vec<bool> {
+        self.values
+            .iter()
+            .map(|(v, users)| *users > 0 && filter.matches(v))
+            .collect()
+    }
+
+    /// Heap bytes, roughly.
+    fn bytes(&self) -> usize {
+        self.values
+            .iter()
+            .filter(|(_, users)| *users > 0)
+            .map(|(v, _)| 64 + json_bytes(v))
+            .sum::<usize>()
+            + self.by_hash.capacity() * 13
+    }
+}
+
+impl Corpus {
+    /// The chunk `id`, its words read from `texts`.
+    fn chunk(&self, texts: &Texts, id: i64) -> Result<Option<Chunk>, IndexError> {
+        let Some(c) = self.chunks.get(&id) else {
+            return Ok(None);
+        };
+        let Some(doc) = self.docs.get(&c.document_id) else {
+            return Ok(None);
+        };
+        let Words { section, text } = texts.read(c.words)?;
+        Ok(Some(Chunk {
+            chunk_id: id,
+            document_id: c.document_id,
+            external_id: doc.external_id.to_string(),
+            position: c.position,
+            title: doc.title.to_string(),
+            section,
+            metadata: self.metadata.get(doc.metadata).clone(),
+            text,
+        }))
+    }
+
+    /// The document's live chunks in document order.
+    fn ordered(&self, doc: &DocEntry) -> Vec<(i64, &ChunkEntry)> {
+        let mut chunks: Vec<(i64, &ChunkEntry)> = doc
+            .chunks
+            .iter()
+            .filter_map(|id| self.chunks.get(id).map(|c| (*id, c)))
+            .collect();
+        chunks.sort_by_key(|(id, c)| (c.position, *id));
+        chunks
+    }
 }
 
 /// Which chunks and documents a search may return.
@@ -69,6 +205,8 @@ impl Allowed {
 
 pub struct CollectionIndex {
     corpus: RwLock<Corpus>,
+    /// The chunks' words.
+    texts: Texts,
     dense: Dense,
     /// BM25 over chunks ...
     lexical: Lexical,
@@ -125,6 +263,7 @@ impl CollectionIndex {
         let (chunks, documents) = lexical_folders(folder.as_ref());
         Ok(Self {
             corpus: RwLock::new(Corpus::default()),
+            texts: Texts::new(folder.as_ref().map(|f| f.path()))?,
             dense: Dense::new(dim, params),
             lexical: Lexical::new_in(chunks)?,
             documents: Lexical::new_in(documents)?,
@@ -168,20 +307,27 @@ impl CollectionIndex {
         }
     }
 
-    /// An estimate of the memory the collection's indexes hold: chunk
-    /// texts and metadata, the vectors and graph, the BM25 segments held
-    /// in memory.
+    /// An estimate of the memory the collection's indexes hold: where
+    /// each chunk is, the documents' titles and metadata, the vectors and
+    /// graph, the chunks' words and BM25 segments held in memory (those
+    /// of a collection without a work folder).
     pub fn memory_bytes(&self) -> usize {
-        let texts: usize = {
+        let corpus: usize = {
             let corpus = self.corpus.read().unwrap_or_else(PoisonError::into_inner);
-            corpus
-                .chunks
-                .values()
-                .map(|c| c.text.len() + c.title.len() + c.section.len() + c.external_id.len() + 160)
-                .sum::<usize>()
-                + corpus.docs.len() * 96
+            // A map entry: key, value and hashbrown's control byte, at its
+            // load factor.
+            corpus.chunks.capacity() * 41
+                + corpus
+                    .docs
+                    .values()
+                    .map(|d| {
+                        d.title.len() + 2 * d.external_id.len() + 8 * d.chunks.capacity() + 120
+                    })
+                    .sum::<usize>()
+                + corpus.metadata.bytes()
         };
-        texts
+        corpus
+            + self.texts.memory_bytes()
             + self.dense.memory_bytes()
             + self.lexical.memory_bytes()
             + self.documents.memory_bytes()
@@ -191,7 +337,10 @@ impl CollectionIndex {
     /// of them was read sits in the page cache, not in this process's
     /// heap; [`CollectionIndex::memory_bytes`] does not count them).
     pub fn mapped_bytes(&self) -> usize {
-        self.dense.mapped_bytes() + self.lexical.mapped_bytes() + self.documents.mapped_bytes()
+        self.texts.file_bytes()
+            + self.dense.mapped_bytes()
+            + self.lexical.mapped_bytes()
+            + self.documents.mapped_bytes()
     }
 
     /// Moves on every change: whether the collection changed since a look.
@@ -210,13 +359,37 @@ impl CollectionIndex {
         self.last_used.store(crate::now_ms(), Ordering::Relaxed);
     }
 
+    /// The chunk `id` (its words read from where they are kept; `None`,
+    /// logged, where they cannot be read).
     pub fn chunk(&self, id: i64) -> Option<Arc<Chunk>> {
+        let corpus = self.corpus.read().unwrap_or_else(PoisonError::into_inner);
+        corpus
+            .chunk(&self.texts, id)
+            .inspect_err(
+                |e| tracing::error!(chunk = id, error = %e, "a chunk's words could not be read"),
+            )
+            .ok()
+            .flatten()
+            .map(Arc::new)
+    }
+
+    /// Whether the collection holds chunk `id`.
+    pub fn contains(&self, id: i64) -> bool {
+        self.corpus
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .chunks
+            .contains_key(&id)
+    }
+
+    /// The document chunk `id` belongs to.
+    fn document_of(&self, id: i64) -> Option<i64> {
         self.corpus
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .chunks
             .get(&id)
-            .cloned()
+            .map(|c| c.document_id)
     }
 
     /// Adds chunks with their embeddings to both indexes and commits the
@@ -228,6 +401,11 @@ impl CollectionIndex {
         for (_, v) in &chunks {
             self.dense.check_dim(v)?;
         }
+        let words = self.texts.append(
+            chunks
+                .iter()
+                .map(|(c, _)| (c.section.as_str(), c.text.as_str())),
+        )?;
         self.lexical
             .replace(&[], chunks.iter().map(|(c, _)| chunk_entry(c)))?;
         self.dense
@@ -239,21 +417,42 @@ impl CollectionIndex {
             touched
         };
         {
-            let mut corpus = self.corpus.write().unwrap_or_else(PoisonError::into_inner);
-            for (c, _) in chunks {
+            let mut guard = self.corpus.write().unwrap_or_else(PoisonError::into_inner);
+            let corpus = &mut *guard;
+            for ((c, _), words) in chunks.into_iter().zip(words) {
+                let metadata = corpus.metadata.take(c.metadata);
                 let doc = corpus
                     .docs
                     .entry(c.document_id)
                     .or_insert_with(|| DocEntry {
-                        metadata: c.metadata.clone(),
+                        external_id: Arc::from(c.external_id.as_str()),
+                        title: Arc::from(c.title.as_str()),
+                        metadata,
                         chunks: Vec::new(),
                     });
-                doc.metadata = c.metadata.clone();
-                doc.chunks.push(c.chunk_id);
-                corpus
-                    .by_external
-                    .insert(c.external_id.clone(), c.document_id);
-                corpus.chunks.insert(c.chunk_id, Arc::new(c));
+                if doc.metadata != metadata {
+                    corpus
+                        .metadata
+                        .release(std::mem::replace(&mut doc.metadata, metadata));
+                } else if !doc.chunks.is_empty() {
+                    // An existing document's own value: held once.
+                    corpus.metadata.release(metadata);
+                }
+                if *doc.title != *c.title {
+                    doc.title = Arc::from(c.title.as_str());
+                }
+                let external_id = doc.external_id.clone();
+                let entry = ChunkEntry {
+                    document_id: c.document_id,
+                    position: c.position,
+                    words,
+                };
+                if corpus.chunks.insert(c.chunk_id, entry).is_none()
+                    && let Some(doc) = corpus.docs.get_mut(&c.document_id)
+                {
+                    doc.chunks.push(c.chunk_id);
+                }
+                corpus.by_external.insert(external_id, c.document_id);
             }
         }
         self.reindex_documents(&touched)?;
@@ -266,27 +465,27 @@ impl CollectionIndex {
     fn reindex_documents(&self, ids: &[i64]) -> Result<(), IndexError> {
         let docs: Vec<(i64, String, String, String)> = {
             let corpus = self.corpus.read().unwrap_or_else(PoisonError::into_inner);
-            ids.iter()
-                .filter_map(|id| {
-                    let doc = corpus.docs.get(id)?;
-                    let mut chunks: Vec<&Arc<Chunk>> = doc
-                        .chunks
-                        .iter()
-                        .filter_map(|c| corpus.chunks.get(c))
-                        .collect();
-                    chunks.sort_by_key(|c| (c.position, c.chunk_id));
-                    let title = chunks.first().map(|c| c.title.clone())?;
-                    let mut sections: Vec<&str> = Vec::new();
-                    let mut text = String::new();
-                    for c in &chunks {
-                        if !c.section.is_empty() && !sections.contains(&c.section.as_str()) {
-                            sections.push(&c.section);
-                        }
-                        append_without_overlap(&mut text, &c.text);
+            let mut docs = Vec::new();
+            for id in ids {
+                let Some(doc) = corpus.docs.get(id) else {
+                    continue;
+                };
+                let chunks = corpus.ordered(doc);
+                if chunks.is_empty() {
+                    continue;
+                }
+                let mut sections: Vec<String> = Vec::new();
+                let mut text = String::new();
+                for (_, c) in chunks {
+                    let words = self.texts.read(c.words)?;
+                    if !words.section.is_empty() && !sections.contains(&words.section) {
+                        sections.push(words.section);
                     }
-                    Some((*id, title, sections.join("\n"), text))
-                })
-                .collect()
+                    append_without_overlap(&mut text, &words.text);
+                }
+                docs.push((*id, doc.title.to_string(), sections.join("\n"), text));
+            }
+            docs
         };
         let remove: Vec<u64> = ids.iter().map(|id| *id as u64).collect();
         self.documents.replace(
@@ -328,9 +527,12 @@ impl CollectionIndex {
                     touched.push(c.document_id);
                     doc.chunks.retain(|x| x != id);
                     if doc.chunks.is_empty() {
+                        let external_id = doc.external_id.clone();
+                        let metadata = doc.metadata;
                         corpus.docs.remove(&c.document_id);
-                        if corpus.by_external.get(&c.external_id) == Some(&c.document_id) {
-                            corpus.by_external.remove(&c.external_id);
+                        corpus.metadata.release(metadata);
+                        if corpus.by_external.get(&external_id) == Some(&c.document_id) {
+                            corpus.by_external.remove(&external_id);
                         }
                     }
                 }
@@ -363,8 +565,9 @@ impl CollectionIndex {
         let set = {
             let corpus = self.corpus.read().unwrap_or_else(PoisonError::into_inner);
             let (mut chunks, mut documents) = (Vec::new(), Vec::new());
+            let allowed = corpus.metadata.allowed(filter);
             for (id, d) in &corpus.docs {
-                if filter.matches(&d.metadata) {
+                if allowed[d.metadata as usize] {
                     documents.push(*id as usize);
                     chunks.extend(d.chunks.iter().map(|&c| c as usize));
                 }
@@ -526,13 +729,13 @@ impl CollectionIndex {
         let mut docs: Vec<DocHit> = Vec::new();
         let mut at: HashMap<i64, usize> = HashMap::new();
         for (h, sim) in hits.iter().zip(sims) {
-            let Some(c) = self.chunk(h.chunk_id) else {
+            let Some(document_id) = self.document_of(h.chunk_id) else {
                 continue;
             };
             let score = in_document_score(vector.and(sim), h.score, top);
-            let i = *at.entry(c.document_id).or_insert_with(|| {
+            let i = *at.entry(document_id).or_insert_with(|| {
                 docs.push(DocHit {
-                    document_id: c.document_id,
+                    document_id,
                     score: h.score,
                     chunks: Vec::new(),
                 });
@@ -558,17 +761,32 @@ impl CollectionIndex {
             let corpus = self.corpus.read().unwrap_or_else(PoisonError::into_inner);
             let mut ids: Vec<&i64> = corpus.docs.keys().collect();
             ids.sort_unstable();
-            write_chunks(
+            let mut texts = Saving::create(&dir.join(snapshot::TEXTS_FILE))?;
+            let saved = write_chunks(
                 &dir.join(snapshot::CHUNKS_FILE),
                 ids.into_iter().map(|id| {
-                    let chunks = corpus.docs[id]
-                        .chunks
-                        .iter()
-                        .filter_map(|c| corpus.chunks.get(c))
-                        .collect();
-                    (*id, chunks)
+                    let doc = &corpus.docs[id];
+                    let mut chunks = Vec::with_capacity(doc.chunks.len());
+                    for (chunk_id, c) in corpus.ordered(doc) {
+                        let (at, len) = texts.write(&self.texts.read(c.words)?)?;
+                        chunks.push(ChunkLine {
+                            chunk_id,
+                            position: c.position,
+                            at,
+                            len,
+                        });
+                    }
+                    Ok(DocumentLine {
+                        document_id: *id,
+                        external_id: doc.external_id.to_string(),
+                        title: doc.title.to_string(),
+                        metadata: (**corpus.metadata.get(doc.metadata)).clone(),
+                        chunks,
+                    })
                 }),
-            )?
+            )?;
+            texts.finish()?;
+            saved
         };
         self.dense.save(dir)?;
         for (name, index) in [
@@ -597,7 +815,12 @@ impl CollectionIndex {
         // likely; not checked), against a memory goal further off than the
         // time one: measured, not taken.
         let started = std::time::Instant::now();
-        let corpus = read_corpus(dir)?;
+        let texts = Texts::open(
+            &dir.join(snapshot::TEXTS_FILE),
+            folder.as_ref().map(|f| f.path()),
+        )?;
+        let corpus = read_corpus(dir, &texts)?;
+        texts.check_sample(&corpus.chunks.values().map(|c| c.words).collect::<Vec<_>>())?;
         let chunks_took = started.elapsed();
         let graph = Dense::read_graph(dir, dim)?;
         let graph_took = started.elapsed() - chunks_took;
@@ -617,6 +840,7 @@ impl CollectionIndex {
         );
         Ok(Self {
             corpus: RwLock::new(corpus),
+            texts,
             dense,
             lexical,
             documents,
@@ -630,18 +854,13 @@ impl CollectionIndex {
     /// A document's chunks, best first: by similarity to `query` when
     /// given, else in document order (score 0).
     pub fn document_chunks(&self, document_id: i64, query: Option<&[f32]>) -> Vec<Hit> {
-        let mut chunks: Vec<(i32, i64)> = {
+        let ids: Vec<i64> = {
             let corpus = self.corpus.read().unwrap_or_else(PoisonError::into_inner);
             let Some(doc) = corpus.docs.get(&document_id) else {
                 return Vec::new();
             };
-            doc.chunks
-                .iter()
-                .filter_map(|id| corpus.chunks.get(id).map(|c| (c.position, *id)))
-                .collect()
+            corpus.ordered(doc).into_iter().map(|(id, _)| id).collect()
         };
-        chunks.sort_unstable();
-        let ids: Vec<i64> = chunks.into_iter().map(|(_, id)| id).collect();
         let Some(q) = query else {
             return ids
                 .into_iter()
@@ -727,33 +946,95 @@ fn append_without_overlap(text: &mut String, next: &str) {
     text.push_str(&next[overlap..]);
 }
 
-/// The corpus [`CollectionIndex::save`] wrote into `dir`'s chunks file.
-fn read_corpus(dir: &Path) -> Result<Corpus, IndexError> {
+/// The corpus [`CollectionIndex::save`] wrote into `dir`'s chunks file,
+/// its words in `texts` (an error where a chunk's record is not in it).
+fn read_corpus(dir: &Path, texts: &Texts) -> Result<Corpus, IndexError> {
     let mut corpus = Corpus::default();
-    read_chunks(&dir.join(snapshot::CHUNKS_FILE), |chunks| {
-        let Some(first) = chunks.first() else {
-            return;
-        };
+    let path = dir.join(snapshot::CHUNKS_FILE);
+    read_chunks(&path, |d| {
+        if d.chunks.is_empty() {
+            return Ok(());
+        }
+        let external_id: Arc<str> = Arc::from(d.external_id);
         corpus
             .by_external
-            .insert(first.external_id.clone(), first.document_id);
+            .insert(external_id.clone(), d.document_id);
+        let mut ids = Vec::with_capacity(d.chunks.len());
+        for c in d.chunks {
+            let words = texts.saved_span(c.at, c.len).ok_or_else(|| {
+                IndexError::Snapshot(format!(
+                    "{}: chunk {}'s words are not in the texts file",
+                    path.display(),
+                    c.chunk_id
+                ))
+            })?;
+            let entry = ChunkEntry {
+                document_id: d.document_id,
+                position: c.position,
+                words,
+            };
+            if corpus.chunks.insert(c.chunk_id, entry).is_some() {
+                return Err(IndexError::Snapshot(format!(
+                    "{}: chunk {} is listed twice",
+                    path.display(),
+                    c.chunk_id
+                )));
+            }
+            ids.push(c.chunk_id);
+        }
         corpus.docs.insert(
-            first.document_id,
+            d.document_id,
             DocEntry {
-                metadata: first.metadata.clone(),
-                chunks: chunks.iter().map(|c| c.chunk_id).collect(),
+                external_id,
+                title: Arc::from(d.title),
+                metadata: corpus.metadata.take(Arc::new(d.metadata)),
+                chunks: ids,
             },
         );
-        for c in chunks {
-            corpus.chunks.insert(c.chunk_id, Arc::new(c));
-        }
+        Ok(())
     })?;
     Ok(corpus)
 }
 
+/// The bytes a JSON value holds on the heap, roughly (a `serde_json`
+/// map entry or array slot is its 32-byte value plus what it points to).
+fn json_bytes(v: &Value) -> usize {
+    match v {
+        Value::String(s) => s.len(),
+        Value::Array(a) => a.iter().map(|x| 32 + json_bytes(x)).sum(),
+        Value::Object(m) => m.iter().map(|(k, x)| 56 + k.len() + json_bytes(x)).sum(),
+        _ => 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::append_without_overlap;
+    use super::{Metadata, append_without_overlap};
+    use serde_json::json;
+    use std::sync::Arc;
+
+    #[test]
+    fn equal_metadata_is_held_once_and_freed_with_its_last_document() {
+        let mut m = Metadata::default();
+        let a = m.take(Arc::new(json!({"team": "search", "lang": "en"})));
+        // The same value, its keys written in another order.
+        let b = m.take(Arc::new(json!({"lang": "en", "team": "search"})));
+        let c = m.take(Arc::new(json!({"team": "llm"})));
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        let filter =
+            ragtime_core::Filter::parse(&json!({"team": "search"}), "filter").expect("filter");
+        assert_eq!(m.allowed(&filter), vec![true, false]);
+        m.release(a);
+        assert_eq!(m.allowed(&filter), vec![true, false], "one holder left");
+        m.release(b);
+        assert_eq!(m.allowed(&filter), vec![false, false], "freed");
+        // A freed number is reused, for another value.
+        let d = m.take(Arc::new(json!({"team": "ops"})));
+        assert_eq!(d, a);
+        assert_eq!(**m.get(d), json!({"team": "ops"}));
+        assert_eq!(m.take(Arc::new(json!({"team": "search"}))), 2);
+    }
 
     #[test]
     fn overlapping_chunks_join_once() {

@@ -26,7 +26,7 @@ use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, PoisonError, RwLock};
-use tantivy::directory::{Advice, Directory, MmapDirectory, OwnedBytes};
+use tantivy::directory::OwnedBytes;
 use usearch::{Index, IndexOptions, MetricKind, ScalarKind};
 
 /// HNSW and filtered-search settings.
@@ -284,17 +284,7 @@ impl Vectors {
         keep: impl Fn(usize) -> bool,
     ) -> Result<(Self, Vec<usize>), IndexError> {
         let bad = |what: &str| IndexError::Snapshot(format!("{}: {what}", path.display()));
-        let (Some(folder), Some(name)) = (path.parent(), path.file_name()) else {
-            return Err(bad("not a file"));
-        };
-        // tantivy's memory-mapped directory: the map without unsafe code
-        // here (the workspace forbids it).
-        let folder = MmapDirectory::open_with_madvice(folder, Advice::Random)
-            .map_err(|e| bad(&e.to_string()))?;
-        let map = folder
-            .open_read(Path::new(name))
-            .map_err(|e| bad(&e.to_string()))?
-            .read_bytes()?;
+        let map = crate::map_file(path)?;
         if map.len() < HEADER || &map.as_slice()[..8] != VECTORS_MAGIC {
             return Err(bad("not a vectors file"));
         }

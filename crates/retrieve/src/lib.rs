@@ -4,7 +4,9 @@
 //! BM25 indexes (`tantivy`, English stemming) over the same chunks and
 //! over whole documents, with the same metadata filters. Given a
 //! [`Workspace`], the BM25 indexes live on disk, memory-mapped; the
-//! vectors opened from a snapshot are read from it in place.
+//! vectors and the chunks' words opened from a snapshot are read from it
+//! in place, and words written since from a file in the workspace
+//! (`texts`): the heap holds where each chunk is, not what it says.
 //!
 //! Filters are evaluated before the vector search: the filter picks the
 //! allowed chunks (per document, cached per corpus version), then the HNSW
@@ -15,6 +17,7 @@ mod collection;
 mod dense;
 mod lexical;
 mod snapshot;
+mod texts;
 mod workspace;
 
 pub use collection::{Allowed, AllowedSet, CollectionIndex, in_document_score};
@@ -40,6 +43,26 @@ pub enum IndexError {
     Snapshot(String),
     #[error("snapshot: {0}")]
     Io(#[from] std::io::Error),
+}
+
+/// The file at `path`, memory-mapped for random reads (through tantivy's
+/// memory-mapped directory: the map without unsafe code here, which the
+/// workspace forbids). The file must not change while mapped: a saved
+/// index's files are written once and never rewritten.
+pub(crate) fn map_file(
+    path: &std::path::Path,
+) -> Result<tantivy::directory::OwnedBytes, IndexError> {
+    use tantivy::directory::{Advice, Directory, MmapDirectory};
+    let bad = |what: String| IndexError::Snapshot(format!("{}: {what}", path.display()));
+    let (Some(folder), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(bad("not a file".into()));
+    };
+    let folder =
+        MmapDirectory::open_with_madvice(folder, Advice::Random).map_err(|e| bad(e.to_string()))?;
+    Ok(folder
+        .open_read(std::path::Path::new(name))
+        .map_err(|e| bad(e.to_string()))?
+        .read_bytes()?)
 }
 
 /// All collections' indexes.

@@ -4,42 +4,41 @@
 //! inserts on two cores; loading its dump is a read).
 //!
 //! A snapshot folder holds `chunks.jsonl` (one line per document: its ids,
-//! title, metadata and chunks' text), the graph as usearch saves it
+//! title, metadata and where its chunks' words are), `chunks.texts` (those
+//! words, read in place once opened), the graph as usearch saves it
 //! (`dense.usearch`: the int8 vectors it walks and their links), the full-precision vectors (`dense.vectors`) and the
 //! two tantivy indexes' files (`chunks-bm25/`, `documents-bm25/`). What it reflects of the store (the change-log
 //! position) is the caller's to record.
 
-use crate::{Chunk, IndexError};
+use crate::IndexError;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufWriter, Write};
 use std::path::Path;
-use std::sync::Arc;
 
-/// One line of `chunks.jsonl`.
+/// One line of `chunks.jsonl`: a document and where its chunks' words are
+/// in `chunks.texts`.
 #[derive(Serialize, Deserialize)]
-struct DocumentLine<'a> {
-    document_id: i64,
-    #[serde(borrow)]
-    external_id: std::borrow::Cow<'a, str>,
-    #[serde(borrow)]
-    title: std::borrow::Cow<'a, str>,
-    metadata: Value,
-    chunks: Vec<ChunkLine<'a>>,
+pub(crate) struct DocumentLine {
+    pub document_id: i64,
+    pub external_id: String,
+    pub title: String,
+    pub metadata: Value,
+    pub chunks: Vec<ChunkLine>,
 }
 
 #[derive(Serialize, Deserialize)]
-struct ChunkLine<'a> {
-    chunk_id: i64,
-    position: i32,
-    #[serde(borrow)]
-    section: std::borrow::Cow<'a, str>,
-    #[serde(borrow)]
-    text: std::borrow::Cow<'a, str>,
+pub(crate) struct ChunkLine {
+    pub chunk_id: i64,
+    pub position: i32,
+    /// The chunk's record in `chunks.texts`: offset and length.
+    pub at: u64,
+    pub len: u32,
 }
 
 pub(crate) const CHUNKS_FILE: &str = "chunks.jsonl";
+pub(crate) const TEXTS_FILE: &str = "chunks.texts";
 pub(crate) const CHUNKS_BM25: &str = "chunks-bm25";
 pub(crate) const DOCUMENTS_BM25: &str = "documents-bm25";
 
@@ -52,10 +51,10 @@ pub struct Saved {
     pub files: BTreeMap<String, u64>,
 }
 
-/// Writes the documents' chunks, one line per document.
-pub(crate) fn write_chunks<'a>(
+/// Writes the documents, one line each.
+pub(crate) fn write_chunks(
     path: &Path,
-    documents: impl Iterator<Item = (i64, Vec<&'a Arc<Chunk>>)>,
+    documents: impl Iterator<Item = Result<DocumentLine, IndexError>>,
 ) -> Result<Saved, IndexError> {
     let mut out = BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
     let mut saved = Saved {
@@ -63,28 +62,14 @@ pub(crate) fn write_chunks<'a>(
         documents: 0,
         files: BTreeMap::new(),
     };
-    for (document_id, chunks) in documents {
-        let Some(first) = chunks.first() else {
+    for line in documents {
+        let line = line?;
+        if line.chunks.is_empty() {
             continue;
-        };
-        let line = DocumentLine {
-            document_id,
-            external_id: first.external_id.as_str().into(),
-            title: first.title.as_str().into(),
-            metadata: (*first.metadata).clone(),
-            chunks: chunks
-                .iter()
-                .map(|c| ChunkLine {
-                    chunk_id: c.chunk_id,
-                    position: c.position,
-                    section: c.section.as_str().into(),
-                    text: c.text.as_str().into(),
-                })
-                .collect(),
-        };
+        }
         serde_json::to_writer(&mut out, &line).map_err(std::io::Error::other)?;
         out.write_all(b"\n")?;
-        saved.chunks += chunks.len();
+        saved.chunks += line.chunks.len();
         saved.documents += 1;
     }
     // Flushed to disk with the rest of the folder (`sync_tree`).
@@ -92,30 +77,18 @@ pub(crate) fn write_chunks<'a>(
     Ok(saved)
 }
 
-/// Reads the chunks [`write_chunks`] wrote, calling `each` with every
-/// document's chunks.
-pub(crate) fn read_chunks(path: &Path, mut each: impl FnMut(Vec<Chunk>)) -> Result<(), IndexError> {
+/// Reads the documents [`write_chunks`] wrote, calling `each` with every
+/// one.
+pub(crate) fn read_chunks(
+    path: &Path,
+    mut each: impl FnMut(DocumentLine) -> Result<(), IndexError>,
+) -> Result<(), IndexError> {
     let file = std::io::BufReader::with_capacity(1 << 20, std::fs::File::open(path)?);
     for (n, line) in file.lines().enumerate() {
         let line = line?;
         let d: DocumentLine = serde_json::from_str(&line)
             .map_err(|e| IndexError::Snapshot(format!("{} line {}: {e}", path.display(), n + 1)))?;
-        let metadata = Arc::new(d.metadata);
-        each(
-            d.chunks
-                .into_iter()
-                .map(|c| Chunk {
-                    chunk_id: c.chunk_id,
-                    document_id: d.document_id,
-                    external_id: d.external_id.clone().into_owned(),
-                    position: c.position,
-                    title: d.title.clone().into_owned(),
-                    section: c.section.into_owned(),
-                    metadata: metadata.clone(),
-                    text: c.text.into_owned(),
-                })
-                .collect(),
-        );
+        each(d)?;
     }
     Ok(())
 }

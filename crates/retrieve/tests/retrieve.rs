@@ -794,6 +794,183 @@ fn a_damaged_or_foreign_graph_file_is_an_error_never_a_crash() {
     assert!(err[1].contains("points in the graph"), "{err:?}");
 }
 
+#[test]
+fn chunks_words_stay_in_files_and_a_damaged_texts_file_is_refused() {
+    let (n, dim) = (300, 8);
+    let vs = vectors(n + 1, dim, 9);
+    // Words of about 2 KiB a chunk, each its own.
+    let words = |i: usize| format!("chunk {i} says {}", "word ".repeat(400 + i % 17));
+    let build = |offset: usize| {
+        let idx = CollectionIndex::new(dim, DenseParams::default()).expect("index");
+        idx.add(
+            (0..n)
+                .map(|i| {
+                    let c = Chunk {
+                        section: format!("Part {i}"),
+                        ..entry(i as i64 + 1, &words(i + offset), json!({"i": i}))
+                    };
+                    (c, vs[i].clone())
+                })
+                .collect(),
+        )
+        .expect("add");
+        let dir = tempfile::tempdir().expect("tempdir");
+        idx.save(dir.path()).expect("save");
+        (idx, dir)
+    };
+    let (built, dir) = build(0);
+    let work = tempfile::tempdir().expect("tempdir");
+    let workspace = ragtime_retrieve::Workspace::new(work.path()).expect("workspace");
+    let folder = workspace.folder().expect("folder");
+    let folder_path = folder.path().to_owned();
+    let opened =
+        CollectionIndex::load(dir.path(), dim, DenseParams::default(), Some(folder)).expect("load");
+    // Read from the snapshot's file: the words are not on the heap.
+    let text_bytes: usize = (0..n).map(|i| words(i).len()).sum();
+    assert!(
+        opened.memory_bytes() + text_bytes <= built.memory_bytes(),
+        "opened {} against built {} ({text_bytes} bytes of words)",
+        opened.memory_bytes(),
+        built.memory_bytes()
+    );
+    assert!(opened.mapped_bytes() >= text_bytes);
+    for id in [1, 150, 300] {
+        let (a, b) = (
+            opened.chunk(id).expect("opened"),
+            built.chunk(id).expect("built"),
+        );
+        assert_eq!(
+            (&a.text, &a.section, &a.metadata),
+            (&b.text, &b.section, &b.metadata)
+        );
+    }
+    // Words written after opening go to the work folder's file, and come
+    // back with the others when saved again.
+    let fresh = Chunk {
+        section: "New".into(),
+        ..entry(n as i64 + 1, "a brand new chunk", json!({}))
+    };
+    opened.add(vec![(fresh, vs[n].clone())]).expect("add");
+    assert!(
+        std::fs::metadata(folder_path.join("texts"))
+            .expect("texts")
+            .len()
+            > 0
+    );
+    assert_eq!(
+        opened.chunk(n as i64 + 1).expect("new").text,
+        "a brand new chunk"
+    );
+    opened.remove(&[2]).expect("remove");
+    let again = tempfile::tempdir().expect("tempdir");
+    opened.save(again.path()).expect("save again");
+    let reopened =
+        CollectionIndex::load(again.path(), dim, DenseParams::default(), None).expect("reload");
+    assert_eq!(reopened.chunk(n as i64 + 1).expect("new").section, "New");
+    assert_eq!(reopened.chunk(3).expect("old").text, words(2));
+    assert!(reopened.chunk(2).is_none());
+
+    let whole = read(&dir, "chunks.texts");
+    assert!(whole.len() >= text_bytes, "one copy of each chunk's words");
+    let (_, other) = build(5);
+    let err = refused_with(
+        dir.path(),
+        dim,
+        "chunks.texts",
+        vec![
+            (
+                "truncated by a few bytes",
+                whole[..whole.len() - 3].to_vec(),
+            ),
+            ("cut in half", whole[..whole.len() / 2].to_vec()),
+            ("empty", Vec::new()),
+            (
+                "foreign",
+                b"not a texts file, though long enough".repeat(100),
+            ),
+            ("of another index", read(&other, "chunks.texts")),
+        ],
+    );
+    assert!(err[4].contains("not the one"), "{err:?}");
+}
+
+#[test]
+fn a_documents_changed_or_removed_metadata_is_what_filters_see() {
+    let dim = 8;
+    let vs = vectors(40, dim, 3);
+    let idx = CollectionIndex::new(dim, DenseParams::default()).expect("index");
+    // Forty documents of two chunks, sharing three metadata values.
+    let chunk = |i: usize, team: &str| {
+        part(
+            i as i64 + 1,
+            (i / 2) as i64 + 1,
+            (i % 2) as i32,
+            "Title",
+            &format!("text {i}"),
+            json!({"team": team, "lang": "en"}),
+        )
+    };
+    let teams = ["search", "llm", "ops"];
+    idx.add(
+        (0..40)
+            .map(|i| (chunk(i, teams[(i / 2) % 3]), vs[i].clone()))
+            .collect(),
+    )
+    .expect("add");
+    let docs = |team: &str| -> Vec<usize> {
+        let f = Filter::parse(&json!({"team": team}), "filter").expect("filter");
+        match idx.allowed(&f) {
+            Allowed::Only(set) => set.documents.to_vec(),
+            Allowed::All => panic!("a filter allows all"),
+        }
+    };
+    assert_eq!(docs("ops"), vec![3, 6, 9, 12, 15, 18]);
+    // Document 3 moves to another team (its chunks rewritten under new ids).
+    idx.remove(&[5, 6]).expect("remove");
+    idx.add(vec![
+        (
+            Chunk {
+                chunk_id: 105,
+                ..chunk(4, "search")
+            },
+            vs[4].clone(),
+        ),
+        (
+            Chunk {
+                chunk_id: 106,
+                ..chunk(5, "search")
+            },
+            vs[5].clone(),
+        ),
+    ])
+    .expect("add");
+    assert_eq!(docs("ops"), vec![6, 9, 12, 15, 18]);
+    assert!(docs("search").contains(&3));
+    assert_eq!(
+        *idx.chunk(106).expect("chunk").metadata,
+        json!({"team": "search", "lang": "en"})
+    );
+    // Every "ops" document removed, then a new one: found again.
+    let ops: Vec<i64> = [6, 9, 12, 15, 18]
+        .iter()
+        .flat_map(|d| [2 * d - 1, 2 * d])
+        .collect();
+    idx.remove(&ops).expect("remove");
+    assert_eq!(docs("ops"), Vec::<usize>::new());
+    idx.add(vec![(
+        Chunk {
+            chunk_id: 500,
+            document_id: 50,
+            external_id: "doc-50".into(),
+            ..chunk(0, "ops")
+        },
+        vs[0].clone(),
+    )])
+    .expect("add");
+    assert_eq!(docs("ops"), vec![50]);
+    assert_eq!(docs("llm"), vec![2, 5, 8, 11, 14, 17, 20]);
+}
+
 /// A saved index's file.
 fn read(dir: &tempfile::TempDir, file: &str) -> Vec<u8> {
     std::fs::read(dir.path().join(file)).expect("a saved file")

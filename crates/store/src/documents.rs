@@ -631,6 +631,36 @@ impl Store {
         Ok(rows.into_iter().map(to_index).collect())
     }
 
+    /// [`Store::index_chunks_in`], `batch` chunks at a time: one query
+    /// (one consistent view of the store) whose rows are handed to `each`
+    /// as they arrive, so loading a large collection holds one batch of
+    /// rows, not all of them (1M chunks of 1 KB with 384 floats each are
+    /// 2.5 GB).
+    pub async fn index_chunks_in_batches<E: From<StoreError>>(
+        &self,
+        collection_id: i64,
+        batch: usize,
+        mut each: impl FnMut(Vec<IndexChunk>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        use futures::TryStreamExt;
+        let q = format!("{INDEX_SELECT} WHERE d.collection_id = $1 ORDER BY c.id");
+        let batch = batch.max(1);
+        let mut buf = Vec::with_capacity(batch);
+        on_pool!(self, p => {
+            let mut rows = sqlx::query_as::<_, IndexRow>(&q).bind(collection_id).fetch(p);
+            while let Some(row) = rows.try_next().await.map_err(StoreError::from)? {
+                buf.push(to_index(row));
+                if buf.len() == batch {
+                    each(std::mem::replace(&mut buf, Vec::with_capacity(batch)))?;
+                }
+            }
+        });
+        if !buf.is_empty() {
+            each(buf)?;
+        }
+        Ok(())
+    }
+
     /// Every stored chunk with its embedding, for rebuilding indexes.
     pub async fn index_chunks(&self) -> Result<Vec<IndexChunk>, StoreError> {
         let q = format!("{INDEX_SELECT} ORDER BY c.id");

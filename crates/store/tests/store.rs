@@ -1,7 +1,9 @@
 //! The store against a real SQLite file and, when `RAGTIME_TEST_DATABASE_URL`
 //! names one, a real PostgreSQL server (a fresh database per test).
 
-use ragtime_store::{Backend, JobStatus, JobStep, NewChunk, NewDocument, NewJob, Store, Upsert};
+use ragtime_store::{
+    Backend, JobStatus, JobStep, NewChunk, NewDocument, NewJob, Store, StoreError, Upsert,
+};
 
 use ragtime_testkit::PgDatabase as PgDb;
 
@@ -162,6 +164,40 @@ async fn exercise_documents(store: &Store) {
             .expect("gone")
             .is_empty()
     );
+
+    // A collection read in batches: the same chunks, in the same order.
+    store
+        .upsert_document(other, &doc("d2", "h4", &["one", "two", "three", "four"]))
+        .await
+        .expect("insert");
+    let all: Vec<i64> = store
+        .index_chunks_in(other)
+        .await
+        .expect("chunks")
+        .iter()
+        .map(|c| c.chunk_id)
+        .collect();
+    assert_eq!(all.len(), 5);
+    let mut batches: Vec<Vec<i64>> = Vec::new();
+    store
+        .index_chunks_in_batches(other, 2, |b| {
+            batches.push(b.iter().map(|c| c.chunk_id).collect());
+            Ok::<_, StoreError>(())
+        })
+        .await
+        .expect("batches");
+    assert_eq!(batches.iter().map(Vec::len).collect::<Vec<_>>(), [2, 2, 1]);
+    assert_eq!(batches.concat(), all);
+    // An error from the caller ends the read and is returned.
+    let mut seen = 0;
+    let stopped = store
+        .index_chunks_in_batches(other, 2, |_| {
+            seen += 1;
+            Err(StoreError::Url("enough".into()))
+        })
+        .await;
+    assert!(stopped.is_err());
+    assert_eq!(seen, 1);
 }
 
 async fn exercise_conversations(store: &Store) {

@@ -43,6 +43,11 @@ pub fn index_items(chunks: Vec<IndexChunk>) -> Vec<(Chunk, Vec<f32>)> {
         .collect()
 }
 
+/// Chunks read from the store and indexed at a time when a collection is
+/// built from it: the rows of one batch are held, not the collection's
+/// (each batch is one lexical commit and one parallel graph insert).
+const LOAD_BATCH: usize = 50_000;
+
 /// How the in-process engine is set up.
 #[derive(Debug, Clone)]
 pub(super) struct Options {
@@ -142,7 +147,7 @@ impl IndexEngine for Resident {
     fn lacks_any(&self, name: &str, chunks: &[i64]) -> bool {
         self.indexes
             .get(name)
-            .is_some_and(|idx| chunks.iter().any(|c| idx.chunk(*c).is_none()))
+            .is_some_and(|idx| chunks.iter().any(|c| !idx.contains(*c)))
     }
 
     fn written(&self, name: &str, change: Change) {
@@ -315,9 +320,13 @@ impl Resident {
         if let Some(idx) = self.load_snapshot(name, coll_id).await? {
             return Ok(idx);
         }
-        let items = index_items(self.store.index_chunks_in(coll_id).await?);
         let idx = Arc::new(self.indexes.create()?);
-        tokio::task::block_in_place(|| idx.add(items))?;
+        self.store
+            .index_chunks_in_batches(coll_id, LOAD_BATCH, |batch| {
+                tokio::task::block_in_place(|| idx.add(index_items(batch)))
+                    .map_err(CorpusError::from)
+            })
+            .await?;
         lock(&self.snapshots.saved).remove(&coll_id);
         Ok(idx)
     }

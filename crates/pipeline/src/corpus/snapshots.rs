@@ -82,7 +82,7 @@ pub struct SnapshotMeta {
 }
 
 /// The snapshot format this build reads and writes.
-pub const FORMAT: u32 = 3;
+pub const FORMAT: u32 = 4;
 
 const SAVING: &str = ".saving-";
 const LOADING: &str = "loading-";
