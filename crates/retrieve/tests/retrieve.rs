@@ -74,9 +74,16 @@ fn filtered_hnsw_recall_at_10_stays_above_095_at_every_selectivity() {
     let (n, dim) = (6000, 384);
     let vs = vectors(n, dim, 7);
     // A low exact-scan threshold so 10 % goes through the filtered graph.
+    // A list of 240: these clusters (noise 0.9 a component over 384) are
+    // near-isotropic, harder than real embeddings (SciFact: 0.998 of the
+    // ten nearest at the shipped 160), and the graph is built on every
+    // core, so each build differs: at 160 the unfiltered recall here
+    // ranged 0.947-0.962 over five builds. The test is of the filter
+    // paths, not of that edge.
     let params = DenseParams {
         exact_below: 256,
         exact_fraction: 0.05,
+        ef_search: 240,
         ..DenseParams::default()
     };
     let idx = CollectionIndex::new(dim, params).expect("index");
