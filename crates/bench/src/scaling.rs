@@ -55,9 +55,77 @@ fn prose(bytes: usize, rng: &mut Rng) -> String {
     s
 }
 
+/// Where the startup bench's vectors come from: uniform random unit
+/// vectors (the worst case for a graph: no neighbourhoods to find), or
+/// real embeddings — each a random one of `base` (SciFact's chunk
+/// vectors, read from a store the `scifact` bench ingested) with
+/// N(0, 0.02²) noise on every component, as the `vectors` bench makes
+/// its copies: points cluster as a real corpus's do.
+enum Vectors {
+    Random,
+    Near(Vec<Vec<f32>>),
+}
+
+impl Vectors {
+    /// `BENCH_STARTUP_VECTORS=dir`: the SQLite store in `dir` (a `scifact`
+    /// bench's `BENCH_STORE`) gives the base vectors.
+    async fn from_env() -> Self {
+        let Some(dir) = std::env::var_os("BENCH_STARTUP_VECTORS") else {
+            return Self::Random;
+        };
+        let store = Store::open(&Store::sqlite_url(Path::new(&dir)))
+            .await
+            .expect("BENCH_STARTUP_VECTORS: a store");
+        let base: Vec<Vec<f32>> = store
+            .index_chunks()
+            .await
+            .expect("its chunks")
+            .into_iter()
+            .map(|c| c.embedding)
+            .filter(|v| v.len() == DIM)
+            .collect();
+        store.close().await;
+        assert!(
+            !base.is_empty(),
+            "BENCH_STARTUP_VECTORS: no {DIM}-d vectors there"
+        );
+        Self::Near(base)
+    }
+
+    fn label(&self) -> &'static str {
+        match self {
+            Self::Random => "random",
+            Self::Near(_) => "scifact",
+        }
+    }
+
+    fn next(&self, rng: &mut Rng) -> Vec<f32> {
+        match self {
+            Self::Random => unit_vector(rng),
+            Self::Near(base) => {
+                let i = ((rng.unit() as f64 * base.len() as f64) as usize).min(base.len() - 1);
+                let mut v: Vec<f32> = base[i].iter().map(|x| x + 0.02 * rng.gauss()).collect();
+                let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
+                v.iter_mut().for_each(|x| *x /= n);
+                v
+            }
+        }
+    }
+}
+
 /// A document of `chunks` chunks; each chunk's text a sentence, and
 /// `prose` bytes of made-up prose after it.
 fn document(id: String, chunks: usize, prose_bytes: usize, rng: &mut Rng) -> NewDocument {
+    document_with(id, chunks, prose_bytes, &Vectors::Random, rng)
+}
+
+fn document_with(
+    id: String,
+    chunks: usize,
+    prose_bytes: usize,
+    vectors: &Vectors,
+    rng: &mut Rng,
+) -> NewDocument {
     NewDocument {
         external_id: id.clone(),
         title: id.clone(),
@@ -72,7 +140,7 @@ fn document(id: String, chunks: usize, prose_bytes: usize, rng: &mut Rng) -> New
                     prose(prose_bytes, rng)
                 ),
                 tokens: 16,
-                embedding: unit_vector(rng),
+                embedding: vectors.next(rng),
             })
             .collect(),
     }
@@ -229,17 +297,20 @@ pub async fn scaling() {
 }
 
 /// A data folder holding one collection `big` of `chunks` chunks (ten per
-/// document; random unit vectors), kept under `BENCH_STORE` when set.
+/// document; vectors as `vectors` makes them), kept under `BENCH_STORE`
+/// when set.
 async fn big_store(
     chunks: usize,
     prose_bytes: usize,
+    vectors: &Vectors,
     rng: &mut Rng,
 ) -> (std::path::PathBuf, Option<tempfile::TempDir>) {
+    let folder = match vectors {
+        Vectors::Random => format!("startup-{chunks}-{prose_bytes}"),
+        Vectors::Near(_) => format!("startup-{chunks}-{prose_bytes}-scifact"),
+    };
     let (dir, temp) = match std::env::var("BENCH_STORE") {
-        Ok(base) => (
-            Path::new(&base).join(format!("startup-{chunks}-{prose_bytes}")),
-            None,
-        ),
+        Ok(base) => (Path::new(&base).join(folder), None),
         Err(_) => {
             let t = tempfile::tempdir().expect("tempdir");
             (t.path().to_owned(), Some(t))
@@ -254,7 +325,7 @@ async fn big_store(
     let id = store.ensure_collection("big").await.expect("collection");
     for start in (0..chunks / 10).step_by(500) {
         let docs: Vec<NewDocument> = (start..(start + 500).min(chunks / 10))
-            .map(|i| document(format!("b{i}"), 10, prose_bytes, rng))
+            .map(|i| document_with(format!("b{i}"), 10, prose_bytes, vectors, rng))
             .collect();
         store
             .upsert_documents(id, &docs, None, None)
@@ -268,6 +339,76 @@ async fn big_store(
         t.elapsed().as_secs_f64()
     );
     (dir, temp)
+}
+
+/// Search latency (`mode`) through the HTTP API at `clients` concurrent
+/// clients: 200 queries of three words drawn as the chunks' prose is (so
+/// common words come up as in real questions), each asked once first
+/// (the page cache and the query-vector cache warm), then every client
+/// asks all 200, starting at its own offset. `(p50, p99)` in ms, the
+/// number of timed searches and how many of them were partial (a stage
+/// ran out of its budget).
+async fn search_latency(
+    http: &reqwest::Client,
+    base: &str,
+    collection: &str,
+    mode: &str,
+    clients: usize,
+    rng: &mut Rng,
+) -> (f64, f64, usize, usize) {
+    let queries: Vec<String> = (0..200).map(|_| prose(12, rng).trim().to_owned()).collect();
+    let (client, url, name, mode) = (
+        http.clone(),
+        format!("{base}/v1/search"),
+        collection.to_owned(),
+        mode.to_owned(),
+    );
+    let ask = move |q: String| {
+        let (http, url, collection, mode) =
+            (client.clone(), url.clone(), name.clone(), mode.clone());
+        async move {
+            let t = Instant::now();
+            let r = http
+                .post(url)
+                .json(&json!({"collection": collection, "query": q, "top_k": 10, "mode": mode}))
+                .send()
+                .await
+                .expect("search");
+            assert_eq!(r.status(), 200, "search");
+            let body: serde_json::Value = r.json().await.expect("json");
+            (t.elapsed(), body["partial"].as_bool() == Some(true))
+        }
+    };
+    for q in &queries {
+        ask(q.clone()).await;
+    }
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let queries = queries.clone();
+        let ask = ask.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut times = Vec::with_capacity(queries.len());
+            for k in 0..queries.len() {
+                let q = queries[(k + c * 50) % queries.len()].clone();
+                times.push(ask(q).await);
+            }
+            times
+        }));
+    }
+    let mut all = Vec::new();
+    let mut partial = 0;
+    for t in tasks {
+        for (took, cut) in t.await.expect("client") {
+            all.push(took);
+            partial += usize::from(cut);
+        }
+    }
+    (
+        crate::stats::pct(&mut all, 50.0),
+        crate::stats::pct(&mut all, 99.0),
+        all.len(),
+        partial,
+    )
 }
 
 /// The collection's complete snapshot record under `data/indexes`, if any.
@@ -379,7 +520,10 @@ async fn prebuild_snapshot(data: &Path, ef_construction: usize) {
 /// in this process (`BENCH_SNAPSHOT_EF`, the graph's ef_construction,
 /// default the server's) unless one is there. A chunk's text is a sentence
 /// and `BENCH_STARTUP_PROSE` bytes (default 1,000: a real chunk's length)
-/// of made-up prose.
+/// of made-up prose; its vector random, or near a real one
+/// (`BENCH_STARTUP_VECTORS`, see [`Vectors`]). Opened from the snapshot,
+/// the collection is then searched by 4 concurrent clients (hybrid, or
+/// the modes in `BENCH_STARTUP_MODES`, comma-separated).
 pub async fn startup() {
     let sizes: Vec<usize> = std::env::var("BENCH_STARTUP_CHUNKS")
         .unwrap_or_else(|_| "100000,1000000".into())
@@ -400,10 +544,16 @@ pub async fn startup() {
     let (_, base_rss) = status(p.child.id());
     let base_anon = proc_status(p.child.id(), "RssAnon:") as f64 / 1024.0;
     drop(p);
+    let vectors = Vectors::from_env().await;
+    let modes: Vec<String> = std::env::var("BENCH_STARTUP_MODES")
+        .unwrap_or_else(|_| "hybrid".into())
+        .split(',')
+        .map(|m| m.trim().to_owned())
+        .collect();
     let mut rows = Vec::new();
     let mut notes = Vec::new();
     for chunks in sizes {
-        let (dir, _keep) = big_store(chunks, prose_bytes, &mut rng).await;
+        let (dir, _keep) = big_store(chunks, prose_bytes, &vectors, &mut rng).await;
         let mut starts = Vec::new();
         if from_store {
             let _ = std::fs::remove_dir_all(dir.join("indexes"));
@@ -430,6 +580,15 @@ pub async fn startup() {
                 (anon - base_anon) * 100_000.0 / chunks as f64,
                 searched.as_secs_f64() * 1000.0
             ));
+            if from == "snapshot" {
+                for mode in &modes {
+                    let (p50, p99, n, partial) =
+                        search_latency(&http, &p.base, "big", mode, 4, &mut rng).await;
+                    notes.push(format!(
+                        "{chunks} chunks, opened from the snapshot: {mode} search (top 10) at 4 concurrent clients, warm: p50 {p50:.1} ms, p99 {p99:.1} ms ({n} searches, {partial} partial)"
+                    ));
+                }
+            }
             if from == "store" {
                 // The process saves its snapshot once loaded (it looks
                 // every 10 s): wait for it.
@@ -460,8 +619,9 @@ pub async fn startup() {
         println!("{r}");
     }
     println!(
-        "\n(the empty process: {base_rss:.0} MiB, RssAnon {base_anon:.0} MiB; chunks of ~{} bytes)",
-        prose_bytes + 90
+        "\n(the empty process: {base_rss:.0} MiB, RssAnon {base_anon:.0} MiB; chunks of ~{} bytes; {} vectors)",
+        prose_bytes + 90,
+        vectors.label()
     );
     for n in notes {
         println!("- {n}");

@@ -57,6 +57,10 @@ struct Metadata {
     /// A value's number by the hash of its JSON text (on a collision the
     /// later value is numbered on its own: it is never wrongly shared).
     by_hash: HashMap<u64, u32>,
+    /// The value last taken and its number: a document's chunks arrive
+    /// together sharing one value, which is then hashed once, not per
+    /// chunk (cleared when its number is freed).
+    last: Option<(Arc<Value>, u32)>,
 }
 
 impl Metadata {
@@ -69,6 +73,18 @@ impl Metadata {
 
     /// The number of `v`, taken by one more document.
     fn take(&mut self, v: Arc<Value>) -> u32 {
+        if let Some((last, n)) = &self.last
+            && Arc::ptr_eq(last, &v)
+        {
+            self.values[*n as usize].1 += 1;
+            return *n;
+        }
+        let n = self.take_hashed(v.clone());
+        self.last = Some((v, n));
+        n
+    }
+
+    fn take_hashed(&mut self, v: Arc<Value>) -> u32 {
         let h = Self::hash(&v);
         if let Some(&n) = self.by_hash.get(&h)
             && *self.values[n as usize].0 == *v
@@ -95,6 +111,9 @@ impl Metadata {
         let entry = &mut self.values[n as usize];
         entry.1 -= 1;
         if entry.1 == 0 {
+            if self.last.as_ref().is_some_and(|(_, last)| *last == n) {
+                self.last = None;
+            }
             let h = Self::hash(&entry.0);
             entry.0 = Arc::new(Value::Null);
             if self.by_hash.get(&h) == Some(&n) {
@@ -762,13 +781,15 @@ impl CollectionIndex {
             let mut ids: Vec<&i64> = corpus.docs.keys().collect();
             ids.sort_unstable();
             let mut texts = Saving::create(&dir.join(snapshot::TEXTS_FILE))?;
+            let mut record = Vec::new();
             let saved = write_chunks(
                 &dir.join(snapshot::CHUNKS_FILE),
                 ids.into_iter().map(|id| {
                     let doc = &corpus.docs[id];
                     let mut chunks = Vec::with_capacity(doc.chunks.len());
                     for (chunk_id, c) in corpus.ordered(doc) {
-                        let (at, len) = texts.write(&self.texts.read(c.words)?)?;
+                        self.texts.copy(c.words, &mut record)?;
+                        let (at, len) = texts.write(&record)?;
                         chunks.push(ChunkLine {
                             chunk_id,
                             position: c.position,
@@ -820,7 +841,7 @@ impl CollectionIndex {
             folder.as_ref().map(|f| f.path()),
         )?;
         let corpus = read_corpus(dir, &texts)?;
-        texts.check_sample(&corpus.chunks.values().map(|c| c.words).collect::<Vec<_>>())?;
+        texts.check_sample(corpus.chunks.values().map(|c| c.words))?;
         let chunks_took = started.elapsed();
         let graph = Dense::read_graph(dir, dim)?;
         let graph_took = started.elapsed() - chunks_took;
@@ -1034,6 +1055,36 @@ mod tests {
         assert_eq!(d, a);
         assert_eq!(**m.get(d), json!({"team": "ops"}));
         assert_eq!(m.take(Arc::new(json!({"team": "search"}))), 2);
+    }
+
+    #[test]
+    fn one_shared_value_taken_again_is_counted_and_a_freed_one_is_not_reused_for_it() {
+        let mut m = Metadata::default();
+        let shared = Arc::new(json!({"team": "search"}));
+        let n = m.take(shared.clone());
+        assert_eq!(
+            m.take(shared.clone()),
+            n,
+            "the same value, not hashed again"
+        );
+        m.release(n);
+        let filter =
+            ragtime_core::Filter::parse(&json!({"team": "search"}), "filter").expect("filter");
+        assert_eq!(
+            m.allowed(&filter),
+            vec![true],
+            "taken twice: one holder left"
+        );
+        m.release(n);
+        assert_eq!(m.allowed(&filter), vec![false], "freed");
+        // Taken again once freed (the same allocation), the value is
+        // numbered anew: its old number is free and goes to the next new
+        // value, never shared between the two.
+        let again = m.take(shared.clone());
+        let other = m.take(Arc::new(json!({"team": "ops"})));
+        assert_ne!(again, other);
+        assert_eq!(**m.get(again), json!({"team": "search"}));
+        assert_eq!(**m.get(other), json!({"team": "ops"}));
     }
 
     #[test]

@@ -56,7 +56,12 @@ impl Default for DenseParams {
     fn default() -> Self {
         Self {
             m: 24,
-            ef_construction: 128,
+            // 256, not 128: on the `vectors` bench's million SciFact-like
+            // points a graph built at 256 finds 0.95 of the ten nearest
+            // with half the walk (0.966 at 1,280 candidates, against
+            // 0.946 at 2,560 built at 128; `docs/scaling.md`), and its
+            // build stays within minutes.
+            ef_construction: 256,
             ef_search: 160,
             ef_reference: 100_000,
             ef_growth: EF_GROWTH,
@@ -70,11 +75,11 @@ impl Default for DenseParams {
 /// How fast the candidate list grows with the collection: chosen on the
 /// `vectors` bench's first 200 queries (SciFact's embeddings and perturbed
 /// copies), checked on the next 200 (`docs/scaling.md`). At 100k points
-/// 160 candidates find 0.998 of the ten nearest; at 1M the same graph
-/// needs about 2,500 for 0.95 (0.946 at 2,560, 0.955 at 3,840: the walk's
-/// gains flatten there), so 160 · 10^1.2 ≈ 2,500 at 1M, and `ef_max` from
-/// about 2.6M on.
-pub const EF_GROWTH: f32 = 1.2;
+/// 160 candidates find 0.998 of the ten nearest; at 1M, on a graph built
+/// at `ef_construction` 256, 1,280 find 0.966 (0.973 on the unseen
+/// queries; 640 find 0.935), so 160 · 10^0.9 ≈ 1,270 at 1M, and `ef_max`
+/// from about 3.7M on.
+pub const EF_GROWTH: f32 = 0.9;
 
 impl DenseParams {
     /// The candidate list of a graph search over `points` points:
@@ -499,6 +504,10 @@ pub struct Dense {
     graph: RwLock<Option<Graph>>,
     gate: Gate,
     vectors: RwLock<Vectors>,
+    /// How many points `vectors` holds, set under its write lock, so that
+    /// a search reads it without taking the lock a second time (behind a
+    /// waiting writer, a second read would wait for the write).
+    live: AtomicUsize,
     /// Points removed since the graph was built: their slots stay in the
     /// graph (reused by the next inserts) and are walked through.
     removed: AtomicUsize,
@@ -547,6 +556,7 @@ impl Dense {
             graph: RwLock::new(None),
             gate: Gate::new(),
             vectors: RwLock::new(Vectors::new(dim)),
+            live: AtomicUsize::new(0),
             removed: AtomicUsize::new(0),
             ef_fixed: AtomicUsize::new(0),
         }
@@ -595,10 +605,7 @@ impl Dense {
     }
 
     fn live(&self) -> usize {
-        self.vectors
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        self.live.load(Ordering::Acquire)
     }
 
     pub fn check_dim(&self, v: &[f32]) -> Result<(), IndexError> {
@@ -667,6 +674,7 @@ impl Dense {
         for (id, v) in items {
             vectors.insert(id as usize, v);
         }
+        self.live.store(vectors.len(), Ordering::Release);
     }
 
     pub fn remove(&self, ids: &[i64]) {
@@ -683,6 +691,7 @@ impl Dense {
                     }
                 }
             }
+            self.live.store(vectors.len(), Ordering::Release);
             (
                 vectors.len(),
                 self.removed.fetch_add(gone, Ordering::Relaxed) + gone,
@@ -798,6 +807,7 @@ impl Dense {
             let _ = graph.index.remove(*id as u64);
         }
         me.removed.store(dropped.len(), Ordering::Relaxed);
+        me.live.store(vectors.len(), Ordering::Release);
         *me.vectors.write().unwrap_or_else(PoisonError::into_inner) = vectors;
         *me.graph.write().unwrap_or_else(PoisonError::into_inner) = Some(graph);
         Ok(me)

@@ -68,7 +68,9 @@ fn encode(out: &mut Vec<u8>, section: &str, text: &str) -> Result<u32, IndexErro
     u32::try_from(LENGTHS + section.len() + text.len()).map_err(|_| too_long())
 }
 
-fn decode(record: &[u8]) -> Result<Words, IndexError> {
+/// A record's section and text, borrowed; an error when its lengths do
+/// not add up to it or it is not UTF-8.
+fn parse(record: &[u8]) -> Result<(&str, &str), IndexError> {
     let bad = || IndexError::Snapshot("a chunk's text record is damaged".into());
     if record.len() < LENGTHS {
         return Err(bad());
@@ -80,6 +82,11 @@ fn decode(record: &[u8]) -> Result<Words, IndexError> {
     }
     let section = std::str::from_utf8(&record[LENGTHS..LENGTHS + s]).map_err(|_| bad())?;
     let text = std::str::from_utf8(&record[LENGTHS + s..]).map_err(|_| bad())?;
+    Ok((section, text))
+}
+
+fn decode(record: &[u8]) -> Result<Words, IndexError> {
+    let (section, text) = parse(record)?;
     Ok(Words {
         section: section.to_owned(),
         text: text.to_owned(),
@@ -138,10 +145,14 @@ impl Texts {
     /// list) read back: a texts file that is not the one its list of
     /// spans was written with is refused at opening, not found out when a
     /// search returns its words.
-    pub fn check_sample(&self, spans: &[Span]) -> Result<(), IndexError> {
+    pub fn check_sample(
+        &self,
+        spans: impl ExactSizeIterator<Item = Span>,
+    ) -> Result<(), IndexError> {
         let step = spans.len().div_ceil(64).max(1);
-        for span in spans.iter().step_by(step) {
-            self.read(*span).map_err(|_| {
+        let mut record = Vec::new();
+        for span in spans.step_by(step) {
+            self.copy(span, &mut record).map_err(|_| {
                 IndexError::Snapshot(
                     "the texts file is not the one its chunks were saved with".into(),
                 )
@@ -185,8 +196,10 @@ impl Texts {
             .collect())
     }
 
-    /// The words at `span`.
-    pub fn read(&self, span: Span) -> Result<Words, IndexError> {
+    /// Puts the record at `span` in `out` (cleared first), checked to be
+    /// one: what a snapshot copies without decoding it into strings.
+    pub fn copy(&self, span: Span, out: &mut Vec<u8>) -> Result<(), IndexError> {
+        out.clear();
         let len = span.len as usize;
         if span.at & SAVED != 0 {
             let at = (span.at & !SAVED) as usize;
@@ -194,17 +207,27 @@ impl Texts {
                 .saved
                 .as_ref()
                 .ok_or_else(|| IndexError::Snapshot("no saved texts".into()))?;
-            return decode(&map.as_slice()[at..at + len]);
-        }
-        let sink = self.sink.read().unwrap_or_else(PoisonError::into_inner);
-        match &*sink {
-            Sink::Memory(v) => decode(&v[span.at as usize..span.at as usize + len]),
-            Sink::File { file, .. } => {
-                let mut record = vec![0; len];
-                file.read_exact_at(&mut record, span.at)?;
-                decode(&record)
+            out.extend_from_slice(&map.as_slice()[at..at + len]);
+        } else {
+            let sink = self.sink.read().unwrap_or_else(PoisonError::into_inner);
+            match &*sink {
+                Sink::Memory(v) => {
+                    out.extend_from_slice(&v[span.at as usize..span.at as usize + len]);
+                }
+                Sink::File { file, .. } => {
+                    out.resize(len, 0);
+                    file.read_exact_at(out, span.at)?;
+                }
             }
         }
+        parse(out).map(|_| ())
+    }
+
+    /// The words at `span`.
+    pub fn read(&self, span: Span) -> Result<Words, IndexError> {
+        let mut record = Vec::with_capacity(span.len as usize);
+        self.copy(span, &mut record)?;
+        decode(&record)
     }
 
     /// Heap bytes the records take (those of a collection in memory).
@@ -230,7 +253,6 @@ impl Texts {
 pub(crate) struct Saving {
     out: BufWriter<File>,
     at: u64,
-    buf: Vec<u8>,
     path: PathBuf,
 }
 
@@ -241,15 +263,15 @@ impl Saving {
         Ok(Self {
             out,
             at: MAGIC.len() as u64,
-            buf: Vec::new(),
             path: path.to_owned(),
         })
     }
 
-    pub fn write(&mut self, words: &Words) -> Result<(u64, u32), IndexError> {
-        self.buf.clear();
-        let len = encode(&mut self.buf, &words.section, &words.text)?;
-        self.out.write_all(&self.buf)?;
+    /// Writes one record ([`Texts::copy`] read and checked it).
+    pub fn write(&mut self, record: &[u8]) -> Result<(u64, u32), IndexError> {
+        let len = u32::try_from(record.len())
+            .map_err(|_| IndexError::Snapshot("a chunk's text is over 4 GiB".into()))?;
+        self.out.write_all(record)?;
         let at = self.at;
         self.at += u64::from(len);
         Ok((at, len))
@@ -286,8 +308,10 @@ mod tests {
             let path = dir.path().join("chunks.texts");
             let mut saving = Saving::create(&path).expect("create");
             let mut at = Vec::new();
+            let mut record = Vec::new();
             for s in [more[0], spans[0]] {
-                at.push(saving.write(&texts.read(s).expect("read")).expect("write"));
+                texts.copy(s, &mut record).expect("copy");
+                at.push(saving.write(&record).expect("write"));
             }
             saving.finish().expect("finish");
             let opened = Texts::open(&path, None).expect("open");
