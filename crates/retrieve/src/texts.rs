@@ -196,10 +196,14 @@ impl Texts {
             .collect())
     }
 
-    /// Puts the record at `span` in `out` (cleared first), checked to be
-    /// one: what a snapshot copies without decoding it into strings.
-    pub fn copy(&self, span: Span, out: &mut Vec<u8>) -> Result<(), IndexError> {
-        out.clear();
+    /// `f` of the record at `span`, read in place where it can be (the
+    /// mapped snapshot file, the heap buffer under its lock), from the
+    /// workspace file otherwise.
+    fn with_record<R>(
+        &self,
+        span: Span,
+        f: impl FnOnce(&[u8]) -> Result<R, IndexError>,
+    ) -> Result<R, IndexError> {
         let len = span.len as usize;
         if span.at & SAVED != 0 {
             let at = (span.at & !SAVED) as usize;
@@ -207,27 +211,33 @@ impl Texts {
                 .saved
                 .as_ref()
                 .ok_or_else(|| IndexError::Snapshot("no saved texts".into()))?;
-            out.extend_from_slice(&map.as_slice()[at..at + len]);
-        } else {
-            let sink = self.sink.read().unwrap_or_else(PoisonError::into_inner);
-            match &*sink {
-                Sink::Memory(v) => {
-                    out.extend_from_slice(&v[span.at as usize..span.at as usize + len]);
-                }
-                Sink::File { file, .. } => {
-                    out.resize(len, 0);
-                    file.read_exact_at(out, span.at)?;
-                }
+            return f(&map.as_slice()[at..at + len]);
+        }
+        let sink = self.sink.read().unwrap_or_else(PoisonError::into_inner);
+        match &*sink {
+            Sink::Memory(v) => f(&v[span.at as usize..span.at as usize + len]),
+            Sink::File { file, .. } => {
+                let mut record = vec![0; len];
+                file.read_exact_at(&mut record, span.at)?;
+                f(&record)
             }
         }
-        parse(out).map(|_| ())
+    }
+
+    /// Puts the record at `span` in `out` (cleared first), checked to be
+    /// one: what a snapshot copies without decoding it into strings.
+    pub fn copy(&self, span: Span, out: &mut Vec<u8>) -> Result<(), IndexError> {
+        out.clear();
+        self.with_record(span, |record| {
+            parse(record)?;
+            out.extend_from_slice(record);
+            Ok(())
+        })
     }
 
     /// The words at `span`.
     pub fn read(&self, span: Span) -> Result<Words, IndexError> {
-        let mut record = Vec::with_capacity(span.len as usize);
-        self.copy(span, &mut record)?;
-        decode(&record)
+        self.with_record(span, decode)
     }
 
     /// Heap bytes the records take (those of a collection in memory).
