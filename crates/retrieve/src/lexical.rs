@@ -331,6 +331,7 @@ impl Lexical {
                 k,
                 allowed: allowed.cloned(),
                 cancel: cancel.clone(),
+                floor: Mutex::new(Score::NEG_INFINITY),
             },
         )?)
     }
@@ -364,10 +365,23 @@ fn link_or_copy(from: &Path, to: &Path) -> std::io::Result<()> {
 /// leaves the threshold as it was) and the cancel flag (looked at before
 /// each segment and every few hundred documents scored; once it fires the
 /// threshold becomes infinite, which ends the walk).
+///
+/// The segments share one threshold: BM25's statistics are the whole
+/// index's, so scores compare across segments, and a segment's walk starts
+/// from the k-th best score of those walked before it ([`TopScored::floor`])
+/// instead of from nothing. An index built in bulk holds a dozen segments
+/// at a million chunks; a query of common words otherwise fills a fresh
+/// top k in each of them before it can skip a block.
 struct TopScored {
     k: usize,
     allowed: Option<Arc<Vec<usize>>>,
     cancel: Cancel,
+    /// The k-th best score of any one segment walked so far (once it had
+    /// k allowed documents): the global k best all score at least this,
+    /// so a later segment skips what does not beat it. A document that
+    /// only ties it would rank below the k earlier ones anyway (ties go in
+    /// document order), so the result is the same as without.
+    floor: Mutex<Score>,
 }
 
 /// Documents scored between two looks at the cancel flag.
@@ -387,6 +401,8 @@ struct SegmentTop {
     cancel: Cancel,
     seen: u32,
     stopped: bool,
+    /// The score to beat before this segment's own top k is full.
+    floor: Score,
 }
 
 /// A score ordered totally (tantivy's scores are finite).
@@ -414,8 +430,10 @@ impl SegmentTop {
             return Score::INFINITY;
         }
         match self.heap.peek() {
-            Some(std::cmp::Reverse((Scored(s), _))) if self.heap.len() >= self.k => *s,
-            _ => Score::NEG_INFINITY,
+            Some(std::cmp::Reverse((Scored(s), _))) if self.heap.len() >= self.k => {
+                s.max(self.floor)
+            }
+            _ => self.floor,
         }
     }
 
@@ -436,7 +454,7 @@ impl SegmentTop {
                 .first(doc)
                 .is_some_and(|id| set.binary_search(&(id as usize)).is_ok())
         });
-        if alive && allowed {
+        if alive && allowed && score > self.floor {
             let entry = std::cmp::Reverse((Scored(score), std::cmp::Reverse(doc)));
             if self.heap.len() < self.k {
                 self.heap.push(entry);
@@ -487,6 +505,7 @@ impl Collector for TopScored {
             cancel: self.cancel.clone(),
             seen: 0,
             stopped: self.cancel.is_cancelled(),
+            floor: *self.floor.lock().unwrap_or_else(PoisonError::into_inner),
         })
     }
 
@@ -502,9 +521,11 @@ impl Collector for TopScored {
     ) -> tantivy::Result<Vec<(Score, DocAddress, Option<u64>)>> {
         let mut top = self.for_segment(ord, reader)?;
         if !top.stopped && self.k > 0 {
-            weight.for_each_pruning(Score::NEG_INFINITY, reader, &mut |doc, score| {
-                top.offer(doc, score)
-            })?;
+            weight.for_each_pruning(top.floor, reader, &mut |doc, score| top.offer(doc, score))?;
+        }
+        if !top.stopped && top.heap.len() >= self.k {
+            let mut floor = self.floor.lock().unwrap_or_else(PoisonError::into_inner);
+            *floor = floor.max(top.threshold());
         }
         Ok(top.harvest())
     }

@@ -1497,3 +1497,50 @@ fn a_pruned_lexical_search_returns_the_best_of_every_match() {
         }
     }
 }
+
+/// A top-k BM25 search over many segments answers what the full ranking's
+/// first k are: the segments walked later start from the k-th best score
+/// of those before (a shared threshold), which must skip nothing that
+/// belongs in the top k, with or without a filter, at any k.
+#[test]
+fn a_top_k_over_many_segments_is_the_full_rankings_first_k() {
+    let dim = 4;
+    let idx = CollectionIndex::new(dim, DenseParams::default()).expect("index");
+    let mut r = Rng(0x5e6);
+    let words = ["common", "rare", "granite", "shale", "quartz", "mica"];
+    // Twelve writes: twelve commits, so a dozen segments (a write merges
+    // some, never all).
+    for batch in 0..12i64 {
+        let chunks = (0..80i64)
+            .map(|i| {
+                let id = batch * 80 + i + 1;
+                let text: Vec<&str> = (0..3 + r.next() % 20)
+                    .map(|_| words[(r.next() % 6) as usize])
+                    .collect();
+                let v: Vec<f32> = (0..dim).map(|_| r.gauss()).collect();
+                (
+                    entry(id, &text.join(" "), json!({"group": id % 3})),
+                    normalise(v),
+                )
+            })
+            .collect();
+        idx.add(chunks).expect("add");
+    }
+    let cancel = Cancel::new();
+    let some = idx.allowed(&ragtime_retrieve::parse_filter(&json!({"group": 1})).expect("f"));
+    for q in ["common", "granite shale", "rare mica quartz", "common rare"] {
+        for allowed in [&Allowed::All, &some] {
+            let full = idx
+                .lexical_search(q, 10_000, allowed, &cancel)
+                .expect("full");
+            assert!(full.len() > 100, "{q}: {} matches", full.len());
+            for k in [1, 3, 10, 50] {
+                let top = idx.lexical_search(q, k, allowed, &cancel).expect("top");
+                let want: Vec<(i64, f32)> =
+                    full.iter().take(k).map(|h| (h.chunk_id, h.score)).collect();
+                let got: Vec<(i64, f32)> = top.iter().map(|h| (h.chunk_id, h.score)).collect();
+                assert_eq!(got, want, "{q} at k {k}");
+            }
+        }
+    }
+}
