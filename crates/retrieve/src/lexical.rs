@@ -380,7 +380,9 @@ struct TopScored {
     /// k allowed documents): the global k best all score at least this,
     /// so a later segment skips what does not beat it. A document that
     /// only ties it would rank below the k earlier ones anyway (ties go in
-    /// document order), so the result is the same as without.
+    /// document order), so the result is the same as without — given that
+    /// segments are walked in order, which tantivy's default (one-thread)
+    /// search executor does; the indexes here never set another.
     floor: Mutex<Score>,
 }
 
