@@ -1539,7 +1539,22 @@ fn a_top_k_over_many_segments_is_the_full_rankings_first_k() {
                 let want: Vec<(i64, f32)> =
                     full.iter().take(k).map(|h| (h.chunk_id, h.score)).collect();
                 let got: Vec<(i64, f32)> = top.iter().map(|h| (h.chunk_id, h.score)).collect();
-                assert_eq!(got, want, "{q} at k {k}");
+                // tantivy's block-max walk adds a document's term scores in
+                // the order its skips leave the terms in, so a score can
+                // differ in its last bit between two walks (0.7807586
+                // against 0.7807587 seen), and two documents within a bit
+                // of each other can swap. Every score in place, and every
+                // document clear of the k-th score, must be the same.
+                const EPS: f32 = 1e-5;
+                assert_eq!(got.len(), want.len(), "{q} at k {k}");
+                for (g, w) in got.iter().zip(&want) {
+                    assert!((g.1 - w.1).abs() <= EPS, "{q} at k {k}: {got:?} / {want:?}");
+                }
+                let kth = want.last().map_or(0.0, |w| w.1);
+                let clear = |v: &[(i64, f32)]| -> HashSet<i64> {
+                    v.iter().filter(|h| h.1 > kth + EPS).map(|h| h.0).collect()
+                };
+                assert_eq!(clear(&got), clear(&want), "{q} at k {k}");
             }
         }
     }
