@@ -150,13 +150,13 @@ impl Texts {
         spans: impl ExactSizeIterator<Item = Span>,
     ) -> Result<(), IndexError> {
         let step = spans.len().div_ceil(64).max(1);
-        let mut record = Vec::new();
         for span in spans.step_by(step) {
-            self.copy(span, &mut record).map_err(|_| {
-                IndexError::Snapshot(
-                    "the texts file is not the one its chunks were saved with".into(),
-                )
-            })?;
+            self.with_record(span, |record| parse(record).map(drop))
+                .map_err(|_| {
+                    IndexError::Snapshot(
+                        "the texts file is not the one its chunks were saved with".into(),
+                    )
+                })?;
         }
         Ok(())
     }

@@ -22,22 +22,20 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Stored chunks as an index takes them.
-/// A document's chunks come together and carry its metadata each: it is
-/// parsed once per document and shared.
+/// A document's chunks come together and carry its metadata each: a run
+/// of the same metadata text is parsed once and shared.
 pub fn index_items(chunks: Vec<IndexChunk>) -> Vec<(Chunk, Vec<f32>)> {
-    let mut last: Option<(i64, String, Arc<Value>)> = None;
+    let mut last: Option<(String, Arc<Value>)> = None;
     chunks
         .into_iter()
         .map(|c| {
             let metadata = match &last {
-                Some((doc, text, parsed)) if *doc == c.document_id && *text == c.metadata => {
-                    parsed.clone()
-                }
+                Some((text, parsed)) if *text == c.metadata => parsed.clone(),
                 _ => {
                     let parsed = Arc::new(
                         serde_json::from_str(&c.metadata).unwrap_or(Value::Object(Map::new())),
                     );
-                    last = Some((c.document_id, c.metadata.clone(), parsed.clone()));
+                    last = Some((c.metadata.clone(), parsed.clone()));
                     parsed
                 }
             };
