@@ -171,7 +171,9 @@ async fn ask(http: &reqwest::Client, base: &str, q: &str, mode: &str) -> Answer 
 /// Whether the answer repeats a line (or sentence) three times or more.
 fn loops(text: &str) -> bool {
     let mut seen = std::collections::HashMap::new();
-    text.split(['\n', '.'])
+    // Sentences end at ". " — a path's dot ("src/lib.rs") ends none.
+    text.split('\n')
+        .flat_map(|l| l.split(". "))
         .map(str::trim)
         .filter(|l| l.len() > 12)
         .any(|l| {

@@ -8,7 +8,7 @@
 //! ([`Target`]): the answer names one the question does not hold, beside
 //! that kind.
 
-use crate::chat::text::{content_words, singular, specific_terms};
+use crate::chat::text::{content_words, specific_terms, stem};
 use std::collections::HashSet;
 
 /// What a question asks for.
@@ -351,10 +351,10 @@ impl Target {
     }
 }
 
-/// A word lower-cased, its punctuation dropped and a plural `s` taken off
-/// (as [`content_words`] does).
+/// A word lower-cased, its punctuation dropped and stemmed (as
+/// [`content_words`] does).
 fn plain(t: &str) -> String {
-    singular(
+    stem(
         t.chars()
             .filter(|c| c.is_alphanumeric() || *c == '_')
             .collect::<String>()

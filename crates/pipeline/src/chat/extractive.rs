@@ -3,9 +3,12 @@
 //! path and citation.
 //!
 //! Candidate sentences are scored by similarity to the query under the
-//! embedding model (all candidates embedded in one batch, within a few tens
-//! of milliseconds; without it, by words alone), fused with word overlap
-//! and the rank of the passage they come from, and weighed by what the
+//! embedding model (the best by words embedded a few at a time, within a
+//! few tens of milliseconds; past that the rest count as dissimilar, and
+//! with none embedded words decide alone), fused with stemmed word overlap
+//! and the rank of the passage they come from (a section heading counts
+//! for half: it names the topic in the question's words, it answers
+//! nothing), and weighed by what the
 //! question asks for ([`Ask`]: a number, something to type, an
 //! explanation) against what the sentence and the one after it hold, and
 //! by whether they name a new term of the kind a "which …" question asks
@@ -15,7 +18,8 @@
 //! The quote is a unit, not a sentence: the best sentence and what it
 //! introduces or qualifies — the sentences after it, the code lines or
 //! list an "example:" sentence leads into, a definition's `Default:` line
-//! — while they fit, and the sentence before it when room is left (first,
+//! — while they fit, going on into the document's next chunk when that is
+//! ranked too, and the sentence before it when room is left (first,
 //! when the best one points back: "This is useful to …"). Lines stay lines
 //! (a code block is quoted as the lines it has). A table row is read and
 //! quoted under its table's first row (the column names); a sentence that
@@ -24,7 +28,7 @@
 
 use crate::chat::ask::{Ask, Target};
 use crate::chat::text::{content_words, sentences};
-use ragtime_core::{Cancel, Embedder, Passage, Reranker};
+use ragtime_core::{Cancel, Embedder, Passage, Reranker, SECTION_SEP};
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -82,6 +86,8 @@ struct Candidate<'a> {
     /// For a table row, the table's first row (its column names): read
     /// with the row when scored, quoted before it.
     header: Option<&'a str>,
+    /// The last sentence of its passage.
+    last: bool,
     lexical: f32,
 }
 
@@ -138,6 +144,7 @@ fn candidates<'a>(query: &str, ranked: &Ranked<'a>) -> Vec<Candidate<'a>> {
             .collect();
         let n = all.len();
         let rows = table_headers(&p.chunk.text);
+        let headings: Vec<&str> = p.chunk.section.split(SECTION_SEP).collect();
         for (at, s) in all.into_iter().enumerate() {
             if !seen.insert(s) {
                 continue; // overlapping chunks repeat sentences
@@ -152,8 +159,10 @@ fn candidates<'a>(query: &str, ranked: &Ranked<'a>) -> Vec<Candidate<'a>> {
             };
             let prior = 1.0 / (1.0 + rank as f32);
             let mut shape = 1.0;
-            if s.split_whitespace().count() < 4 {
-                shape *= 0.5; // a heading or a fragment answers little
+            // A heading or a fragment answers little (a heading names the
+            // topic in the question's own words, so it shares them most).
+            if s.split_whitespace().count() < 4 || headings.contains(&s) {
+                shape *= 0.5;
             }
             // A chunk may begin or end inside a sentence.
             if at == 0 && s.starts_with(|c: char| c.is_lowercase()) {
@@ -169,6 +178,7 @@ fn candidates<'a>(query: &str, ranked: &Ranked<'a>) -> Vec<Candidate<'a>> {
                 text: s,
                 line: whole.or(starts.then_some(s)),
                 header,
+                last: at + 1 == n,
                 lexical: shape * (0.7 * overlap + 0.3 * prior),
             });
         }
@@ -259,7 +269,7 @@ fn following<'c, 'a>(
 /// the sentences after it while they fit (what it introduces or
 /// qualifies), then the one before it when there is room — first, when
 /// the best one points back at it.
-fn pick<'a>(cands: &[Candidate<'a>], scores: &[f32]) -> Vec<Candidate<'a>> {
+fn pick<'a>(ranked: &Ranked<'a>, cands: &[Candidate<'a>], scores: &[f32]) -> Vec<Candidate<'a>> {
     let score = |i: usize| scores[i];
     let mut order: Vec<usize> = (0..cands.len()).collect();
     order.sort_by(|&a, &b| score(b).total_cmp(&score(a)));
@@ -301,6 +311,7 @@ fn pick<'a>(cands: &[Candidate<'a>], scores: &[f32]) -> Vec<Candidate<'a>> {
                 text: h,
                 line: Some(h),
                 header: None,
+                last: false,
                 lexical: 0.0,
                 ..b.clone()
             });
@@ -309,16 +320,15 @@ fn pick<'a>(cands: &[Candidate<'a>], scores: &[f32]) -> Vec<Candidate<'a>> {
     } else if points_back {
         take_before(&mut chosen, &mut len);
     }
-    for at in b.at + 1.. {
-        let Some(next) = sentence(at) else {
-            break;
-        };
+    for next in after(ranked, cands, best) {
         // A sentence that leads into a table ("The module used depends on
         // the edition:") is quoted with its column names and the row whose
         // words best meet the question's, not the first rows that fit.
         let best_row = (0..cands.len())
             .filter(|&i| {
-                b.header.is_none() && cands[i].rank == b.rank && cands[i].header == Some(next.text)
+                b.header.is_none()
+                    && cands[i].rank == next.rank
+                    && cands[i].header == Some(next.text)
             })
             // The row's own words tell rows apart ("2021", "octal").
             .max_by(|&x, &y| {
@@ -327,11 +337,17 @@ fn pick<'a>(cands: &[Candidate<'a>], scores: &[f32]) -> Vec<Candidate<'a>> {
                     .total_cmp(&cands[y].lexical)
                     .then(score(x).total_cmp(&score(y)))
             });
+        // Quoted as one passage: the best one's (a continuation is its
+        // document's next chunk).
+        let own = |c: &Candidate<'a>| Candidate {
+            rank: b.rank,
+            ..c.clone()
+        };
         if let Some(row) = best_row {
             if len + 2 + next.text.len() + cands[row].text.len() <= MAX_QUOTE {
                 len += 2 + next.text.len() + cands[row].text.len();
-                chosen.push(next.clone());
-                chosen.push(cands[row].clone());
+                chosen.push(own(next));
+                chosen.push(own(&cands[row]));
             }
             break;
         }
@@ -339,7 +355,7 @@ fn pick<'a>(cands: &[Candidate<'a>], scores: &[f32]) -> Vec<Candidate<'a>> {
             break;
         }
         len += 1 + next.text.len();
-        chosen.push(next.clone());
+        chosen.push(own(next));
     }
     if !points_back && b.header.is_none() {
         take_before(&mut chosen, &mut len);
@@ -353,6 +369,30 @@ fn pick<'a>(cands: &[Candidate<'a>], scores: &[f32]) -> Vec<Candidate<'a>> {
         chosen.push(cands[second].clone());
     }
     chosen
+}
+
+/// The sentences after candidate `best`, in order: the rest of its
+/// passage, then — when that ends before the unit does — its document's
+/// next chunk, when that is among the ranked passages too (an "Example:"
+/// sentence at a chunk's end has its code in the next one). The next
+/// chunk's first sentences repeat this one's (chunks overlap), so they are
+/// not candidates of it: it goes on from its first sentence that is.
+fn after<'c, 'a>(
+    ranked: &Ranked<'a>,
+    cands: &'c [Candidate<'a>],
+    best: usize,
+) -> Vec<&'c Candidate<'a>> {
+    let b = &cands[best];
+    let mut out: Vec<&Candidate<'a>> = following(cands, best).collect();
+    let ends = out.last().map_or(b.last, |c| c.last);
+    let chunk = &ranked[b.rank].1.chunk;
+    let next = ranked.iter().position(|(_, p)| {
+        p.chunk.document_id == chunk.document_id && p.chunk.position == chunk.position + 1
+    });
+    if ends && let Some(next) = next {
+        out.extend(cands.iter().filter(|c| c.rank == next));
+    }
+    out
 }
 
 /// Whether `s` is a sentence of prose: four words or more, from a capital
@@ -455,7 +495,7 @@ pub fn extractive_answer(query: &str, ranked: &Ranked<'_>, why: Why) -> String {
     let cands = candidates(query, ranked);
     let mut scores = fused(&cands, None);
     weigh(query, &cands, &mut scores);
-    compose(ranked, &pick(&cands, &scores), why)
+    compose(ranked, &pick(ranked, &cands, &scores), why)
 }
 
 /// Candidates a configured cross-encoder scores at most (the best so far).
@@ -496,11 +536,21 @@ pub async fn extract(
             blend_cross(&mut scores, &scored);
         }
     }
-    compose(ranked, &pick(&cands, &scores), why)
+    compose(ranked, &pick(ranked, &cands, &scores), why)
 }
 
+/// Candidates embedded per call: the best by words go first, so a quote
+/// short of time still has their similarity.
+const EMBED_GROUP: usize = 4;
+
 /// Each candidate's cosine similarity to the query (the best by words and
-/// rank embedded in one batch within `time`), or `None` past it.
+/// rank embedded, a few at a time, within `time`), or `None` when not even
+/// the first few were embedded in time.
+///
+/// Embedding 12 sentences took 13 to 45 ms on two cores (the batch pads to
+/// its longest sentence, and the cores are shared): in one call, one in
+/// eight questions lost every similarity at the 40 ms mark and was chosen
+/// by words alone. A few at a time, the deadline costs only the last few.
 async fn similarities(
     cands: &[Candidate<'_>],
     qv: &[f32],
@@ -509,34 +559,42 @@ async fn similarities(
 ) -> Option<Vec<f32>> {
     // The best by words and rank are embedded; the rest count as
     // dissimilar (they stay candidates, to be quoted after a chosen one).
+    let deadline = std::time::Instant::now() + time;
     let mut by_words: Vec<usize> = (0..cands.len()).collect();
     by_words.sort_by(|&a, &b| cands[b].lexical.total_cmp(&cands[a].lexical));
     by_words.truncate(MAX_EMBEDDED);
-    let texts: Vec<String> = by_words
-        .iter()
-        .map(|&i| match cands[i].header {
-            Some(h) => format!("{h}\n{}", cands[i].text),
-            None => cands[i].text.to_owned(),
-        })
-        .collect();
-    let cancel = Cancel::with_deadline(std::time::Instant::now() + time);
-    let vectors = tokio::time::timeout(time, embedder.embed_passages(texts, cancel)).await;
-    match vectors {
-        Ok(Ok(vs)) if vs.len() == by_words.len() => {
-            let mut sims = vec![0.0; cands.len()];
-            for (&i, v) in by_words.iter().zip(&vs) {
-                sims[i] = v.iter().zip(qv).map(|(a, b)| a * b).sum();
-            }
-            Some(sims)
+    let mut sims: Option<Vec<f32>> = None;
+    for group in by_words.chunks(EMBED_GROUP) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            break;
         }
-        _ => None,
+        let texts: Vec<String> = group
+            .iter()
+            .map(|&i| match cands[i].header {
+                Some(h) => format!("{h}\n{}", cands[i].text),
+                None => cands[i].text.to_owned(),
+            })
+            .collect();
+        let cancel = Cancel::with_deadline(deadline);
+        match tokio::time::timeout(left, embedder.embed_passages(texts, cancel)).await {
+            Ok(Ok(vs)) if vs.len() == group.len() => {
+                let sims = sims.get_or_insert_with(|| vec![0.0; cands.len()]);
+                for (&i, v) in group.iter().zip(&vs) {
+                    sims[i] = v.iter().zip(qv).map(|(a, b)| a * b).sum();
+                }
+            }
+            _ => break,
+        }
     }
+    sims
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::chat::tests::hit;
+    use std::sync::Arc;
 
     fn ranked(hits: &[Passage]) -> Vec<(usize, &Passage)> {
         hits.iter().enumerate().map(|(i, h)| (i + 1, h)).collect()
@@ -594,6 +652,68 @@ mod tests {
     fn quote_one(section: &str, text: &str, question: &str) -> String {
         let hits = vec![hit(1, section, text)];
         extractive_answer(question, &ranked(&hits), Why::Chosen)
+    }
+
+    #[test]
+    fn a_unit_goes_on_into_its_documents_next_chunk() {
+        let mut first = hit(
+            1,
+            "Procedural macros",
+            "Derive macros may declare helper attributes. A helper attribute is declared by adding its identifier to the attributes list. For example:",
+        );
+        let mut next = hit(
+            2,
+            "Procedural macros",
+            "A helper attribute is declared by adding its identifier to the attributes list. For example:\n#[proc_macro_derive(Show, attributes(helper))]\npub fn derive_show(item: TokenStream) -> TokenStream {",
+        );
+        let other = hit(3, "Attributes", "Attributes are metadata applied to items.");
+        for (p, position) in [(&mut first, 4), (&mut next, 5)] {
+            let c = Arc::make_mut(&mut p.chunk);
+            c.document_id = 7;
+            c.position = position;
+        }
+        let question = "How do I declare a helper attribute for a derive macro?";
+        // Ranked apart (another page between): the next chunk still goes on.
+        let hits = vec![first.clone(), other.clone(), next.clone()];
+        let a = extractive_answer(question, &ranked(&hits), Why::Chosen);
+        assert!(
+            a.contains("For example:\n> #[proc_macro_derive(Show, attributes(helper))]"),
+            "{a}"
+        );
+        assert_eq!(a.matches("is declared by adding").count(), 1, "{a}");
+        assert!(
+            a.contains("[1]") && !a.contains("[3]"),
+            "cited as one passage: {a}"
+        );
+        // Another document's chunk does not continue it.
+        Arc::make_mut(&mut next.chunk).document_id = 8;
+        let hits = vec![first, other, next];
+        let a = extractive_answer(question, &ranked(&hits), Why::Chosen);
+        assert!(!a.contains("attributes(helper)"), "{a}");
+    }
+
+    #[test]
+    fn a_heading_is_not_quoted_for_sharing_the_questions_words() {
+        let mut p = hit(
+            1,
+            "Traits",
+            "Return-position impl Trait in trait implementations\nFunctions in traits may use impl Trait as the return type of a method.",
+        );
+        Arc::make_mut(&mut p.chunk).section =
+            "Impl trait › Return-position impl Trait in trait implementations".into();
+        let mut q = hit(
+            2,
+            "Special traits",
+            "The Termination trait gives the return types main may have.",
+        );
+        Arc::make_mut(&mut q.chunk).section = "Termination".into();
+        let hits = vec![p, q];
+        let a = extractive_answer(
+            "What trait must the return type of main implement?",
+            &ranked(&hits),
+            Why::Chosen,
+        );
+        assert!(a.starts_with("> The Termination trait"), "{a}");
     }
 
     #[test]
@@ -658,14 +778,18 @@ mod tests {
         let c = candidates("where does my savings money grow", &r);
         assert_eq!(c.len(), 2);
         // By words and rank alone, the first passage's sentence.
-        assert!(pick(&c, &fused(&c, None))[0].text.starts_with("The river"));
+        assert!(
+            pick(&r, &c, &fused(&c, None))[0]
+                .text
+                .starts_with("The river")
+        );
         // The model's similarity knows better.
-        let p = pick(&c, &fused(&c, Some(&[0.1, 0.8])));
+        let p = pick(&r, &c, &fused(&c, Some(&[0.1, 0.8])));
         assert!(p[0].text.starts_with("Deposits"), "{p:?}");
         // And a cross-encoder that prefers the first takes it back.
         let mut s = fused(&c, Some(&[0.1, 0.8]));
         blend_cross(&mut s, &[(0, 4.0), (1, -3.0)]);
-        assert!(pick(&c, &s)[0].text.starts_with("The river"), "{s:?}");
+        assert!(pick(&r, &c, &s)[0].text.starts_with("The river"), "{s:?}");
     }
 
     /// Prefers sentences that name "bank" first; takes `delay`.
@@ -709,6 +833,71 @@ mod tests {
             let a = extract("bank deposits", None, &r, &e, cross, time, Why::Chosen).await;
             assert!(a.starts_with(starts), "{why}: {a}");
         }
+    }
+
+    /// Embeds every text as the same unit vector; its first call takes
+    /// `first`, every later one `later`.
+    struct Stalling {
+        calls: std::sync::atomic::AtomicUsize,
+        first: Duration,
+        later: Duration,
+    }
+
+    #[async_trait::async_trait]
+    impl Embedder for Stalling {
+        fn dim(&self) -> usize {
+            2
+        }
+        async fn embed_query(
+            &self,
+            _: &str,
+            _: Cancel,
+        ) -> Result<Arc<Vec<f32>>, ragtime_core::StageError> {
+            Ok(Arc::new(vec![1.0, 0.0]))
+        }
+        async fn embed_texts(
+            &self,
+            texts: Vec<String>,
+            cancel: Cancel,
+        ) -> Result<Vec<Vec<f32>>, ragtime_core::StageError> {
+            self.embed_passages(texts, cancel).await
+        }
+        async fn embed_passages(
+            &self,
+            texts: Vec<String>,
+            _: Cancel,
+        ) -> Result<Vec<Vec<f32>>, ragtime_core::StageError> {
+            let n = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::time::sleep(if n == 0 { self.first } else { self.later }).await;
+            Ok(vec![vec![1.0, 0.0]; texts.len()])
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_sentences_embedded_in_time_keep_their_similarity_past_the_deadline() {
+        let text = "Alpha one is here. Beta two is there. Gamma three goes. Delta four stays. Epsilon five ends. Zeta six waits.";
+        let hits = vec![hit(1, "T", text)];
+        let r = ranked(&hits);
+        let c = candidates("alpha beta gamma delta epsilon zeta", &r);
+        assert_eq!(c.len(), 6);
+        let e = Stalling {
+            calls: Default::default(),
+            first: Duration::from_millis(10),
+            later: Duration::from_millis(100),
+        };
+        let time = Duration::from_millis(40);
+        let sims = similarities(&c, &[1.0, 0.0], &e, time)
+            .await
+            .expect("the first few were embedded in time");
+        let embedded = sims.iter().filter(|s| **s > 0.5).count();
+        assert_eq!(embedded, EMBED_GROUP, "{sims:?}");
+        // Not even the first few in time: words alone.
+        let e = Stalling {
+            calls: Default::default(),
+            first: Duration::from_millis(100),
+            later: Duration::from_millis(100),
+        };
+        assert!(similarities(&c, &[1.0, 0.0], &e, time).await.is_none());
     }
 
     #[test]

@@ -17,23 +17,25 @@ const ABBREVIATIONS: &[&str] = &[
     "e.g.", "i.e.", "etc.", "vs.", "cf.", "approx.", "no.", "fig.",
 ];
 
-/// Lower-cased content words of `text` (stop words and one-letter words
-/// dropped; a plural `s` taken off so "closures" meets "closure").
+/// Lower-cased content words of `text`, stemmed (stop words and one-letter
+/// words dropped), so "closures" meets "closure" and "implementation"
+/// meets "implement".
 pub(crate) fn content_words(text: &str) -> Vec<String> {
     text.split(|c: char| !(c.is_alphanumeric() || c == '_'))
         .filter(|w| w.chars().count() > 1)
         .map(str::to_lowercase)
         .filter(|w| !STOP.contains(&w.as_str()))
-        .map(singular)
+        .map(stem)
         .collect()
 }
 
-/// `w` (lower case) with a plural `s` taken off, so "closures" meets
-/// "closure" ("class" and "is" stay as they are).
-pub(crate) fn singular(w: String) -> String {
-    match w.strip_suffix('s') {
-        Some(stem) if stem.len() > 3 && !stem.ends_with('s') => stem.to_owned(),
-        _ => w,
+/// `w` (lower case) reduced to its English Snowball stem ("closures",
+/// "closure" → "closur"; "looping", "loops" → "loop"): a question's words
+/// rarely take the form its answer's do.
+pub(crate) fn stem(w: String) -> String {
+    match frostem::Stemmer::new(frostem::Algorithm::English).stem(&w) {
+        std::borrow::Cow::Borrowed(_) => w,
+        std::borrow::Cow::Owned(s) => s,
     }
 }
 
@@ -217,7 +219,11 @@ mod tests {
         assert_eq!(cited("It is so [1]. Also [2, 3]"), [1, 2, 3]);
         assert_eq!(
             content_words("How do closures capture the values?"),
-            ["closure", "capture", "value"]
+            content_words("closure captured value")
+        );
+        assert_eq!(
+            content_words("implementation looping"),
+            content_words("implements loop")
         );
     }
 }
