@@ -123,8 +123,11 @@ impl Ask {
     /// it holds what is asked, less when it plainly cannot answer (no
     /// number for "how many"; only code for "why").
     pub(crate) fn weight(self, unit: &str) -> f32 {
+        // A code point ("U+0023") names a character, not an amount.
         let number = unit
-            .split(|c: char| !c.is_ascii_alphanumeric())
+            .split_whitespace()
+            .filter(|t| !code_point(t))
+            .flat_map(|t| t.split(|c: char| !c.is_ascii_alphanumeric()))
             .any(|w| !w.is_empty() && w.chars().all(|c| c.is_ascii_digit()))
             || NUMBER_WORDS
                 .iter()
@@ -263,6 +266,10 @@ impl Target {
                 if KIND_ENDS.contains(&w) || kind.len() == 2 {
                     break;
                 }
+                // "which two primitive types": the count is not the kind.
+                if NUMBER_WORDS.contains(&w) || w.chars().all(|c| c.is_ascii_digit()) {
+                    continue;
+                }
                 kind.push(plain(w));
             }
         }
@@ -362,6 +369,12 @@ fn plain(t: &str) -> String {
     )
 }
 
+/// Whether token `t` is a Unicode code point ("U+0023", "(U+FEFF)").
+fn code_point(t: &str) -> bool {
+    let t = t.trim_start_matches(|c: char| !c.is_ascii_alphanumeric());
+    t.get(..2).is_some_and(|p| p.eq_ignore_ascii_case("u+"))
+}
+
 /// Numbers written as words.
 const NUMBER_WORDS: &[&str] = &[
     "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
@@ -401,6 +414,11 @@ mod tests {
         assert!(Ask::Number.weight(with) > 1.0);
         assert!(Ask::Number.weight(without) < 1.0);
         assert!(Ask::Number.weight("It runs twice per build.") > 1.0);
+        // A code point is not an amount.
+        assert!(
+            Ask::Number.weight("Ends at as many U+0023 (#) characters as it began with.") < 1.0
+        );
+        assert!(Ask::Number.weight("Fewer than 256 of the character U+0023 (#).") > 1.0);
         assert!(Ask::Code.weight("Pass --document-private-items to rustdoc.") > 1.0);
         assert!(Ask::Code.weight("Pass the flag to the tool.") < 1.0);
         assert!(Ask::Prose.weight("#[doc(hidden)]") < 1.0);
@@ -422,6 +440,11 @@ mod tests {
         let t = Target::of("What trait must the return type of main implement?").expect("a kind");
         assert!(t.weight("The Termination trait lists the return types.") > 1.0);
         assert_eq!(t.weight("Every impl of a trait in a return type."), 1.0);
+        // A count before the kind is not part of it.
+        let t =
+            Target::of("Which two primitive types can a const parameter have?").expect("a kind");
+        assert_eq!(t.kind, ["primit", "type"], "{t:?}");
+        assert!(t.weight("The allowed types are u8, char and bool.") > 1.0);
         // A plain word right beside the kind counts for less.
         let t = Target::of("Which repr gives a newtype its field's ABI?").expect("a kind");
         let plain = t.weight("A struct with the transparent representation has it.");

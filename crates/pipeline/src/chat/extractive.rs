@@ -320,15 +320,17 @@ fn pick<'a>(ranked: &Ranked<'a>, cands: &[Candidate<'a>], scores: &[f32]) -> Vec
     } else if points_back {
         take_before(&mut chosen, &mut len);
     }
-    for next in after(ranked, cands, best) {
+    let list = after(ranked, cands, best);
+    for next in list.iter().copied() {
         // A sentence that leads into a table ("The module used depends on
         // the edition:") is quoted with its column names and the row whose
-        // words best meet the question's, not the first rows that fit.
+        // words best meet the question's, not the first rows that fit
+        // (the rows may go on into the next chunk).
         let best_row = (0..cands.len())
             .filter(|&i| {
                 b.header.is_none()
-                    && cands[i].rank == next.rank
                     && cands[i].header == Some(next.text)
+                    && list.iter().any(|c| std::ptr::eq(*c, &cands[i]))
             })
             // The row's own words tell rows apart ("2021", "octal").
             .max_by(|&x, &y| {
@@ -390,7 +392,14 @@ fn after<'c, 'a>(
         p.chunk.document_id == chunk.document_id && p.chunk.position == chunk.position + 1
     });
     if ends && let Some(next) = next {
-        out.extend(cands.iter().filter(|c| c.rank == next));
+        // What the next chunk repeats of this one (the overlap, which may
+        // begin inside a sentence) is quoted already.
+        out.extend(
+            cands
+                .iter()
+                .filter(|c| c.rank == next)
+                .skip_while(|c| chunk.text.contains(c.text)),
+        );
     }
     out
 }
@@ -664,7 +673,7 @@ mod tests {
         let mut next = hit(
             2,
             "Procedural macros",
-            "A helper attribute is declared by adding its identifier to the attributes list. For example:\n#[proc_macro_derive(Show, attributes(helper))]\npub fn derive_show(item: TokenStream) -> TokenStream {",
+            "adding its identifier to the attributes list. For example:\n#[proc_macro_derive(Show, attributes(helper))]\npub fn derive_show(item: TokenStream) -> TokenStream {",
         );
         let other = hit(3, "Attributes", "Attributes are metadata applied to items.");
         for (p, position) in [(&mut first, 4), (&mut next, 5)] {
@@ -681,6 +690,13 @@ mod tests {
             "{a}"
         );
         assert_eq!(a.matches("is declared by adding").count(), 1, "{a}");
+        // The next chunk begins inside a sentence this one quoted: the
+        // fragment is not quoted again.
+        assert_eq!(
+            a.matches("identifier to the attributes list").count(),
+            1,
+            "{a}"
+        );
         assert!(
             a.contains("[1]") && !a.contains("[3]"),
             "cited as one passage: {a}"
