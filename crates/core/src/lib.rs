@@ -21,5 +21,5 @@ pub use stage::{Embedder, Generator, Reranker, ResponseCache, Retriever, TokenSt
 pub use tenant::{Tenant, valid_collection, valid_conversation_id, valid_tenant};
 pub use types::{
     CachedAnswer, Chunk, Citation, DocHit, GenEvent, GenRequest, Grounding, Hit, IngestDoc,
-    Message, Passage, SECTION_SEP, Scope, Section, Usage, heading_of,
+    Message, Passage, SECTION_SEP, Scope, Section, Usage, heading_of, overlap_len,
 };

@@ -56,6 +56,38 @@ pub struct Chunk {
     pub text: String,
 }
 
+/// How many bytes at the start of `next` repeat the end of `text`: a
+/// chunk shares a few tokens with the one before it, and what reads a
+/// document's chunks in order (its BM25 text, a quote that goes on into
+/// the next chunk) leaves them out once. 0 when no tail of `text`'s last
+/// 4 KiB begins `next`.
+pub fn overlap_len(text: &str, next: &str) -> usize {
+    // The overlap starts somewhere in the tail of `text`; find where the
+    // tail equals the start of `next`, longest first.
+    let probe_len = next.len().min(8);
+    let probe_len = (0..=probe_len)
+        .rev()
+        .find(|&i| next.is_char_boundary(i))
+        .unwrap_or(0);
+    if probe_len == 0 {
+        return 0;
+    }
+    let probe = &next[..probe_len];
+    let from = text.len().saturating_sub(4096);
+    let mut at = (from..text.len())
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(text.len());
+    while let Some(p) = text[at..].find(probe) {
+        let start = at + p;
+        let tail = &text[start..];
+        if next.starts_with(tail) {
+            return tail.len();
+        }
+        at = start + text[start..].chars().next().map_or(1, char::len_utf8);
+    }
+    0
+}
+
 /// Where a piece of a document stands, as a reader (and the embedding
 /// model) is told: "title › section", either alone when the other is
 /// empty.

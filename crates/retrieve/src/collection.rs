@@ -936,31 +936,7 @@ fn append_without_overlap(text: &mut String, next: &str) {
         text.push_str(next);
         return;
     }
-    // The overlap starts somewhere in the tail of `text`; find where the
-    // tail equals the start of `next`, longest first.
-    let probe_len = next.len().min(8);
-    let probe_len = (0..=probe_len)
-        .rev()
-        .find(|&i| next.is_char_boundary(i))
-        .unwrap_or(0);
-    let mut overlap = 0;
-    if probe_len > 0 {
-        let probe = &next[..probe_len];
-        let from = text.len().saturating_sub(4096);
-        let from = (from..text.len())
-            .find(|&i| text.is_char_boundary(i))
-            .unwrap_or(text.len());
-        let mut at = from;
-        while let Some(p) = text[at..].find(probe) {
-            let start = at + p;
-            let tail = &text[start..];
-            if next.starts_with(tail) {
-                overlap = tail.len();
-                break;
-            }
-            at = start + text[start..].chars().next().map_or(1, char::len_utf8);
-        }
-    }
+    let overlap = ragtime_core::overlap_len(text, next);
     if overlap == 0 {
         text.push('\n');
     }

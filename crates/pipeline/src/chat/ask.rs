@@ -255,6 +255,9 @@ impl Target {
             || lower.contains("name for")
             || lower.contains("name of")
             || lower.contains("known as");
+        // The kind's words as written (the stop lists hold words, not
+        // stems) and stemmed.
+        let mut raw: Vec<&str> = Vec::new();
         let mut kind = Vec::new();
         if let Some(at) = words
             .iter()
@@ -270,11 +273,12 @@ impl Target {
                 if NUMBER_WORDS.contains(&w) || w.chars().all(|c| c.is_ascii_digit()) {
                     continue;
                 }
+                raw.push(w);
                 kind.push(plain(w));
             }
         }
-        if let [one] = kind.as_slice()
-            && NO_KIND.contains(&one.as_str())
+        if let [one] = raw.as_slice()
+            && NO_KIND.contains(one)
         {
             kind.clear();
         }
@@ -298,6 +302,8 @@ impl Target {
             .map(|t| t.trim_matches(|c: char| ",.;:()\"'`".contains(c)))
             .collect();
         let plains: Vec<String> = tokens.iter().map(|t| plain(t)).collect();
+        // The stop lists hold words as written, not stems.
+        let lowers: Vec<String> = tokens.iter().map(|t| t.to_lowercase()).collect();
         let is_kind = |i: usize| {
             let w = &plains[i];
             self.kind
@@ -309,7 +315,7 @@ impl Target {
         let fresh = |i: usize| {
             let w = &plains[i];
             !w.is_empty()
-                && !NOT_TERMS.contains(&w.as_str())
+                && !NOT_TERMS.contains(&lowers[i].as_str())
                 && !self.asked.contains(w)
                 && !is_kind(i)
         };
@@ -440,6 +446,11 @@ mod tests {
         let t = Target::of("What trait must the return type of main implement?").expect("a kind");
         assert!(t.weight("The Termination trait lists the return types.") > 1.0);
         assert_eq!(t.weight("Every impl of a trait in a return type."), 1.0);
+        // "the following trait" names none (the stop words as written).
+        assert_eq!(
+            t.weight("It must implement the following trait for it."),
+            1.0
+        );
         // A count before the kind is not part of it.
         let t =
             Target::of("Which two primitive types can a const parameter have?").expect("a kind");
@@ -468,8 +479,9 @@ mod tests {
             assert!(t.weight(unit) > 1.0, "{q}: {unit}");
             assert_eq!(t.weight("Nothing here names anything new."), 1.0, "{q}");
         }
-        // No kind: why, how, what happens.
+        // No kind: why, how, what happens, what purpose.
         for q in [
+            "What purpose does #[must_use] serve?",
             "Why is this not allowed?",
             "how do I run the tests",
             "what happens on overflow",

@@ -365,6 +365,7 @@ fn pick<'a>(ranked: &Ranked<'a>, cands: &[Candidate<'a>], scores: &[f32]) -> Vec
     // A close runner-up from another passage, when there is room.
     if let Some(&second) = order.get(1)
         && cands[second].rank != b.rank
+        && !chosen.iter().any(|c| c.text == cands[second].text)
         && score(second) >= 0.9 * score(best)
         && len + cands[second].text.len() <= MAX_QUOTE
     {
@@ -374,11 +375,16 @@ fn pick<'a>(ranked: &Ranked<'a>, cands: &[Candidate<'a>], scores: &[f32]) -> Vec
 }
 
 /// The sentences after candidate `best`, in order: the rest of its
-/// passage, then — when that ends before the unit does — its document's
-/// next chunk, when that is among the ranked passages too (an "Example:"
-/// sentence at a chunk's end has its code in the next one). The next
-/// chunk's first sentences repeat this one's (chunks overlap), so they are
-/// not candidates of it: it goes on from its first sentence that is.
+/// passage, then — when that runs to the passage's end — its document's
+/// next chunk, when that is among the ranked passages too (an "Example"
+/// sentence at a chunk's end has its code in the next one; when the next
+/// chunk ranks above this one, the sentences they share are its
+/// candidates, so this passage's run stops short of its end and does not
+/// go on). What the next chunk repeats of this one (chunks overlap,
+/// the overlap may begin inside a sentence) is left out, and it goes on
+/// only while its sentences are candidates in order (a sentence an earlier
+/// passage holds is not one of its candidates: the quote stops there, as
+/// within a passage).
 fn after<'c, 'a>(
     ranked: &Ranked<'a>,
     cands: &'c [Candidate<'a>],
@@ -392,14 +398,21 @@ fn after<'c, 'a>(
         p.chunk.document_id == chunk.document_id && p.chunk.position == chunk.position + 1
     });
     if ends && let Some(next) = next {
-        // What the next chunk repeats of this one (the overlap, which may
-        // begin inside a sentence) is quoted already.
-        out.extend(
-            cands
-                .iter()
-                .filter(|c| c.rank == next)
-                .skip_while(|c| chunk.text.contains(c.text)),
-        );
+        let text = &ranked[next].1.chunk.text;
+        let repeated = ragtime_core::overlap_len(&chunk.text, text);
+        let offset =
+            |c: &Candidate<'_>| (c.text.as_ptr() as usize).wrapping_sub(text.as_ptr() as usize);
+        let mut at = None;
+        for c in cands.iter().filter(|c| c.rank == next) {
+            if at.is_none() && offset(c) < repeated {
+                continue; // the overlap
+            }
+            if at.is_some_and(|a| c.at != a + 1) {
+                break;
+            }
+            at = Some(c.at);
+            out.push(c);
+        }
     }
     out
 }
@@ -511,7 +524,7 @@ pub fn extractive_answer(query: &str, ranked: &Ranked<'_>, why: Why) -> String {
 const MAX_CROSS: usize = 6;
 
 /// The extractive answer with the models' help: the candidates are
-/// embedded in one batch within `time`; past it (or without a query
+/// embedded a few at a time within `time`; past it (or without a query
 /// vector) words and rank decide alone. With a cross-encoder, the best
 /// few are then scored by it too, in what is left of `time`.
 pub async fn extract(
@@ -568,13 +581,14 @@ async fn similarities(
 ) -> Option<Vec<f32>> {
     // The best by words and rank are embedded; the rest count as
     // dissimilar (they stay candidates, to be quoted after a chosen one).
-    let deadline = std::time::Instant::now() + time;
+    // Tokio's clock, so that a paused test clock measures it too.
+    let deadline = tokio::time::Instant::now() + time;
     let mut by_words: Vec<usize> = (0..cands.len()).collect();
     by_words.sort_by(|&a, &b| cands[b].lexical.total_cmp(&cands[a].lexical));
     by_words.truncate(MAX_EMBEDDED);
     let mut sims: Option<Vec<f32>> = None;
     for group in by_words.chunks(EMBED_GROUP) {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         if left.is_zero() {
             break;
         }
@@ -585,7 +599,7 @@ async fn similarities(
                 None => cands[i].text.to_owned(),
             })
             .collect();
-        let cancel = Cancel::with_deadline(deadline);
+        let cancel = Cancel::with_deadline(deadline.into_std());
         match tokio::time::timeout(left, embedder.embed_passages(texts, cancel)).await {
             Ok(Ok(vs)) if vs.len() == group.len() => {
                 let sims = sims.get_or_insert_with(|| vec![0.0; cands.len()]);
@@ -914,6 +928,20 @@ mod tests {
             later: Duration::from_millis(100),
         };
         assert!(similarities(&c, &[1.0, 0.0], &e, time).await.is_none());
+        // Each call 30 ms: the second would end past the 40 ms.
+        let e = Stalling {
+            calls: Default::default(),
+            first: Duration::from_millis(30),
+            later: Duration::from_millis(30),
+        };
+        let sims = similarities(&c, &[1.0, 0.0], &e, time)
+            .await
+            .expect("the first group");
+        assert_eq!(
+            sims.iter().filter(|s| **s > 0.5).count(),
+            EMBED_GROUP,
+            "{sims:?}"
+        );
     }
 
     #[test]
