@@ -865,83 +865,32 @@ mod tests {
         }
     }
 
-    /// Embeds every text as the same unit vector; its first call takes
-    /// `first`, every later one `later`.
-    struct Stalling {
-        calls: std::sync::atomic::AtomicUsize,
-        first: Duration,
-        later: Duration,
-    }
-
-    #[async_trait::async_trait]
-    impl Embedder for Stalling {
-        fn dim(&self) -> usize {
-            2
-        }
-        async fn embed_query(
-            &self,
-            _: &str,
-            _: Cancel,
-        ) -> Result<Arc<Vec<f32>>, ragtime_core::StageError> {
-            Ok(Arc::new(vec![1.0, 0.0]))
-        }
-        async fn embed_texts(
-            &self,
-            texts: Vec<String>,
-            cancel: Cancel,
-        ) -> Result<Vec<Vec<f32>>, ragtime_core::StageError> {
-            self.embed_passages(texts, cancel).await
-        }
-        async fn embed_passages(
-            &self,
-            texts: Vec<String>,
-            _: Cancel,
-        ) -> Result<Vec<Vec<f32>>, ragtime_core::StageError> {
-            let n = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            tokio::time::sleep(if n == 0 { self.first } else { self.later }).await;
-            Ok(vec![vec![1.0, 0.0]; texts.len()])
-        }
-    }
-
     #[tokio::test(start_paused = true)]
     async fn the_sentences_embedded_in_time_keep_their_similarity_past_the_deadline() {
         let text = "Alpha one is here. Beta two is there. Gamma three goes. Delta four stays. Epsilon five ends. Zeta six waits.";
         let hits = vec![hit(1, "T", text)];
         let r = ranked(&hits);
-        let c = candidates("alpha beta gamma delta epsilon zeta", &r);
+        let query = "alpha beta gamma delta epsilon zeta";
+        let c = candidates(query, &r);
         assert_eq!(c.len(), 6);
-        let e = Stalling {
-            calls: Default::default(),
-            first: Duration::from_millis(10),
-            later: Duration::from_millis(100),
-        };
         let time = Duration::from_millis(40);
-        let sims = similarities(&c, &[1.0, 0.0], &e, time)
-            .await
-            .expect("the first few were embedded in time");
-        let embedded = sims.iter().filter(|s| **s > 0.5).count();
-        assert_eq!(embedded, EMBED_GROUP, "{sims:?}");
+        let embedded = |delay: u64| {
+            let e = ragtime_testkit::HashEmbedder::new(64).with_delay(Duration::from_millis(delay));
+            let qv = e.vector(query);
+            let c = &c;
+            async move {
+                similarities(c, &qv, &e, time)
+                    .await
+                    .map(|sims| sims.iter().filter(|s| **s != 0.0).count())
+            }
+        };
+        // Time for both groups: every candidate has its similarity.
+        assert_eq!(embedded(10).await, Some(6));
+        // Each call 30 ms: the second would end past the 40 ms; the first
+        // group keeps what it got.
+        assert_eq!(embedded(30).await, Some(EMBED_GROUP));
         // Not even the first few in time: words alone.
-        let e = Stalling {
-            calls: Default::default(),
-            first: Duration::from_millis(100),
-            later: Duration::from_millis(100),
-        };
-        assert!(similarities(&c, &[1.0, 0.0], &e, time).await.is_none());
-        // Each call 30 ms: the second would end past the 40 ms.
-        let e = Stalling {
-            calls: Default::default(),
-            first: Duration::from_millis(30),
-            later: Duration::from_millis(30),
-        };
-        let sims = similarities(&c, &[1.0, 0.0], &e, time)
-            .await
-            .expect("the first group");
-        assert_eq!(
-            sims.iter().filter(|s| **s > 0.5).count(),
-            EMBED_GROUP,
-            "{sims:?}"
-        );
+        assert_eq!(embedded(100).await, None);
     }
 
     #[test]
