@@ -70,6 +70,7 @@ pub async fn chat_bench(rag: &Rag, data: &SciFact) {
         model: "smollm2-135m-instruct".into(),
         slots: 1,
         max_queue: 8,
+        max_queue_wait: None,
         weight: 1.0,
         context_tokens: 4096,
     };

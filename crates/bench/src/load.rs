@@ -11,6 +11,10 @@
 //!   percentiles and how far answers ran past their budgets.
 //! - `ragtime-bench hedge`: two fault-injecting backends, one stalling its
 //!   first token by 3 s on every tenth request, with hedging off and on.
+//! - `ragtime-bench prefix`: time to first token on a workload of
+//!   overlapping questions (each SciFact claim asked three ways, so the
+//!   sources mostly repeat and only the question differs), with the
+//!   backend's prompt prefix cache (`llm.prompt_cache`) on and off.
 //! - `ragtime-bench kill`: two local llama-servers; one is killed mid-run
 //!   (SIGKILL; its supervisor brings it back): what users saw, and when
 //!   its breaker opened and closed.
@@ -112,13 +116,14 @@ impl Server {
     }
 
     /// The first backend's learned speed: (ms before the first token, ms
-    /// per prompt token).
-    async fn prefill(&self) -> (f64, f64) {
+    /// per prompt token, ms per token read as its progress shows).
+    async fn prefill(&self) -> (f64, f64, f64) {
         let (_, s) = self.get("/admin/stats").await;
         let b = &s["llm"]["backends"][0];
         (
             b["ttft_base_ms"].as_f64().unwrap_or(0.0),
             b["ms_per_prompt_token"].as_f64().unwrap_or(0.0),
+            b["ms_per_read_token"].as_f64().unwrap_or(f64::NAN),
         )
     }
 
@@ -142,12 +147,19 @@ struct Answer {
     total: Duration,
     /// The answer's time minus its budget (ms); negative when early.
     over_budget_ms: f64,
+    /// The `llm_ttft` stage's note, when the answer was not the model's.
+    ttft_detail: Option<String>,
 }
 
 /// One streamed chat request, read to its end.
 async fn ask(http: &reqwest::Client, base: &str, q: &str) -> Answer {
+    ask_for(http, base, q, 96).await
+}
+
+/// One streamed chat request of at most `max_tokens`, read to its end.
+async fn ask_for(http: &reqwest::Client, base: &str, q: &str, max_tokens: u32) -> Answer {
     let t0 = Instant::now();
-    let body = json!({"model": "m", "stream": true, "max_tokens": 96,
+    let body = json!({"model": "m", "stream": true, "max_tokens": max_tokens,
         "messages": [{"role": "user", "content": q}]});
     let mut a = Answer {
         status: 0,
@@ -156,6 +168,7 @@ async fn ask(http: &reqwest::Client, base: &str, q: &str) -> Answer {
         ttft: None,
         total: Duration::ZERO,
         over_budget_ms: 0.0,
+        ttft_detail: None,
     };
     let r = match http
         .post(format!("{base}/v1/chat/completions"))
@@ -194,6 +207,13 @@ async fn ask(http: &reqwest::Client, base: &str, q: &str) -> Answer {
                 .as_str()
                 .and_then(PartialReason::from_name);
             budget_ms = v["budget"]["total_ms"].as_f64().unwrap_or(0.0);
+            a.ttft_detail = v["budget"]["stages"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|s| s["stage"] == Stage::LlmTtft.name() && s["outcome"] != "ok")
+                .and_then(|s| s["detail"].as_str())
+                .map(str::to_owned);
         }
     }
     a.total = t0.elapsed();
@@ -359,6 +379,50 @@ fn row(name: &str, rate: f64, a: &[Answer], secs: f64) {
     );
 }
 
+/// How the answers the model did not write came to be, each way's count
+/// and p95 total time: refused at admission, queued until no slot could
+/// come in time (or the longest wait passed), cut early on a predicted
+/// late first token (the backend's prompt progress, or the prompts being
+/// read when a slot came after a wait), or waited out to the deadline.
+fn unwritten_by_way(name: &str, a: &[Answer]) -> String {
+    let mut ways: BTreeMap<&'static str, Vec<Duration>> = BTreeMap::new();
+    for x in a.iter().filter(|x| x.status == 200) {
+        let Some(r) = &x.reason else { continue };
+        if !matches!(
+            r,
+            PartialReason::Overload | PartialReason::Stage(Stage::LlmTtft)
+        ) {
+            continue;
+        }
+        let d = x.ttft_detail.as_deref().unwrap_or_default();
+        let way = if d.contains("shed:") || d.contains("queue is full") {
+            "1 refused at once"
+        } else if d.contains("no slot came free") || d.contains("none came free") {
+            "2 queued out"
+        } else if d.contains("predicted") {
+            "3 cut on progress"
+        } else {
+            "4 waited out"
+        };
+        ways.entry(way).or_default().push(x.total);
+        if std::env::var_os("BENCH_SHOW").is_some() {
+            eprintln!("{name}: {} ms: {d}", x.total.as_millis());
+        }
+    }
+    let parts: Vec<String> = ways
+        .into_iter()
+        .map(|(w, v)| format!("{} {} (p95 {} ms)", &w[2..], v.len(), ms(v, 95.0)))
+        .collect();
+    format!(
+        "- {name}: not written by the LLM: {}",
+        if parts.is_empty() {
+            "none".into()
+        } else {
+            parts.join(", ")
+        }
+    )
+}
+
 fn header() {
     println!(
         "| load | arrivals/s | requests | goodput (full answers/s) | partial by reason | 503 | other errors | total p50 / p95 / p99 ms | first token p50 / p95 / p99 ms | first chunk p50 / p95 ms | p99 of total − budget ms | not written by the LLM, p95 ms | shed, p95 ms | admitted, then no first token |"
@@ -409,18 +473,108 @@ pub async fn load(data: &SciFact) {
         &cap_answers,
         dur.as_secs_f64(),
     );
+    let mut ways = vec![unwritten_by_way("capacity", &cap_answers)];
     let mut rng = Rng(7);
     for f in factors {
         let rate = f * capacity.max(0.05);
         let a = open_loop(&server.base, &qs, rate, dur, &mut rng).await;
         row(&format!("{f}×"), rate, &a, dur.as_secs_f64());
+        ways.push(unwritten_by_way(&format!("{f}×"), &a));
+    }
+    println!();
+    for w in ways {
+        println!("{w}");
     }
     let after = server.prefill().await;
     println!(
-        "learned prefill at capacity / after the overload levels: {:.0} ms + {:.2} ms a prompt token / {:.0} ms + {:.2} ms a prompt token",
-        before.0, before.1, after.0, after.1
+        "learned prefill at capacity / after the overload levels: {:.0} ms + {:.2} ms a prompt token / {:.0} ms + {:.2} ms a prompt token; reading (from progress) {:.2} / {:.2} ms a token",
+        before.0, before.1, after.0, after.1, before.2, after.2
     );
     server.stop().await;
+}
+
+/// `ragtime-bench prefix`: each of `BENCH_QUESTIONS` SciFact claims asked
+/// three ways, one after another, by `BENCH_CLIENTS` closed-loop clients
+/// (default 2, the local server's slots), short answers (16 tokens: the
+/// first token is what is timed); a fresh ragtime and llama-server with
+/// the prompt cache on, then off, then on again, the same questions.
+pub async fn prefix(data: &SciFact) {
+    let docs = env_usize("BENCH_DOCS", 500);
+    let n = env_usize("BENCH_QUESTIONS", 30);
+    let clients = env_usize("BENCH_CLIENTS", 2);
+    let claims: Vec<String> = questions(data, docs).into_iter().take(n).collect();
+    let asked: Vec<String> = claims
+        .iter()
+        .flat_map(|c| {
+            let c = c.trim_end_matches('.');
+            [
+                format!("{c}."),
+                format!("Is it true that {}?", lower_first(c)),
+                format!("What do the sources say about whether {}?", lower_first(c)),
+            ]
+        })
+        .collect();
+    println!(
+        "\n## prompt prefix reuse: {} questions ({n} claims asked three ways), {clients} closed-loop clients, 16-token answers, {docs} SciFact documents",
+        asked.len()
+    );
+    println!(
+        "| prompt cache | answered with a first token | first token p50 / p95 / p99 ms | total p50 ms | partial |"
+    );
+    println!("|---|---:|---|---:|---:|");
+    for on in [true, false, true] {
+        let server = Server::start(|c| c.llm.prompt_cache = on).await;
+        server.ingest(data, docs).await;
+        // Warm the backend's learned speed on other questions.
+        let warm: Vec<String> = questions(data, docs).into_iter().skip(n).take(8).collect();
+        let http = reqwest::Client::new();
+        for q in &warm {
+            let _ = ask_for(&http, &server.base, q, 16).await;
+        }
+        let next = Arc::new(AtomicUsize::new(0));
+        let list = Arc::new(asked.clone());
+        let tasks: Vec<_> = (0..clients)
+            .map(|_| {
+                let (next, list, base) = (next.clone(), list.clone(), server.base.clone());
+                tokio::spawn(async move {
+                    let http = reqwest::Client::new();
+                    let mut out = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(q) = list.get(i) else { break };
+                        out.push(ask_for(&http, &base, q, 16).await);
+                    }
+                    out
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for t in tasks {
+            all.extend(t.await.unwrap_or_default());
+        }
+        let ttft: Vec<Duration> = all.iter().filter_map(|a| a.ttft).collect();
+        let total: Vec<Duration> = all.iter().map(|a| a.total).collect();
+        let partial = all.iter().filter(|a| a.reason.is_some()).count();
+        println!(
+            "| {} | {} of {} | {} / {} / {} | {} | {partial} |",
+            if on { "on" } else { "off" },
+            ttft.len(),
+            all.len(),
+            ms(ttft.clone(), 50.0),
+            ms(ttft.clone(), 95.0),
+            ms(ttft, 99.0),
+            ms(total, 50.0),
+        );
+        server.stop().await;
+    }
+}
+
+fn lower_first(s: &str) -> String {
+    let mut c = s.chars();
+    match c.next() {
+        Some(f) => f.to_lowercase().chain(c).collect(),
+        None => String::new(),
+    }
 }
 
 /// Serves `app` on a free loopback port, in the background; its base URL.

@@ -9,8 +9,9 @@
 //!   cache-hit latency (see `chat_bench`; not part of `all`).
 //! - `cache`: semantic-cache hit and false-hit rates on the Quora pairs
 //!   (see `cache_bench`).
-//! - `load`, `hedge`, `kill`: the chat path under load, with hedging, and
-//!   with a backend killed (see `load`; not part of `all`).
+//! - `load`, `hedge`, `kill`, `prefix`: the chat path under load, with
+//!   hedging, with a backend killed, and with and without the backend's
+//!   prompt prefix cache (see `load`; not part of `all`).
 //! - `tracing`: search latency with spans off, sampled at 0.1 and all
 //!   exported (see `tracing_cost`; not part of `all`).
 //! - `scaling`: start-up time, threads and RSS at 10,000 collections, and
@@ -159,10 +160,11 @@ async fn main() {
         embed_only(&data).await;
         return;
     }
-    if what == "load" || what == "hedge" || what == "kill" {
+    if what == "load" || what == "hedge" || what == "kill" || what == "prefix" {
         match what.as_str() {
             "load" => load::load(&data).await,
             "hedge" => load::hedge(&data).await,
+            "prefix" => load::prefix(&data).await,
             _ => load::kill(&data).await,
         }
         return;

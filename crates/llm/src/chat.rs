@@ -193,7 +193,7 @@ impl LlmClient {
         }
         if self.is_llama_cpp() {
             body["return_progress"] = json!(true);
-            body["cache_prompt"] = json!(true);
+            body["cache_prompt"] = json!(self.prompt_cache());
             if let Some(d) = req.dry_multiplier.filter(|d| *d > 0.0) {
                 body["dry_multiplier"] = json!(d);
             }
@@ -372,6 +372,9 @@ mod tests {
             ..req
         };
         assert!(llama.request_body(&off).get("dry_multiplier").is_none());
+        let uncached = LlmClient::new("http://127.0.0.1:9/v1", None).with_prompt_cache(false);
+        uncached.learned_llama_cpp(true);
+        assert_eq!(uncached.request_body(&off)["cache_prompt"], json!(false));
     }
 
     #[tokio::test]

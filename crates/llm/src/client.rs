@@ -13,6 +13,9 @@ pub struct LlmClient {
     /// unknown until then, and never assumed: other servers may refuse
     /// a field they do not know.
     llama_cpp: Arc<OnceLock<bool>>,
+    /// Whether a llama.cpp backend is asked to reuse a slot's prompt
+    /// prefix (`cache_prompt`).
+    prompt_cache: bool,
 }
 
 impl LlmClient {
@@ -31,7 +34,19 @@ impl LlmClient {
             base_url: base_url.trim_end_matches('/').to_owned(),
             api_key,
             llama_cpp: Arc::new(OnceLock::new()),
+            prompt_cache: true,
         }
+    }
+
+    /// Whether to ask a llama.cpp backend to reuse the prompt prefix its
+    /// slot already read (on by default).
+    pub fn with_prompt_cache(mut self, on: bool) -> Self {
+        self.prompt_cache = on;
+        self
+    }
+
+    pub(crate) fn prompt_cache(&self) -> bool {
+        self.prompt_cache
     }
 
     /// Whether the backend is known to be llama.cpp's server: requests

@@ -621,3 +621,131 @@ async fn a_prefill_that_will_miss_its_first_token_deadline_is_cut_over_early() {
     );
     assert_eq!(a.partial_reason, Some(PartialReason::Stage(Stage::LlmTtft)));
 }
+
+/// A server that reads prompts one after another, as llama.cpp's does on a
+/// CPU: a request's prompt is read only once the one before it is done, at
+/// `tokens_per_s`, with a progress event (its 0 % event first) every
+/// 100 ms; then its answer. The first request's prompt is `first_total`
+/// tokens and its 0 % event comes `first_delay` after the call (a long
+/// prompt being tokenised); any later one's is what its characters make at
+/// 3.5 characters a token. A dropped request stops being read.
+struct Serial {
+    calls: std::sync::atomic::AtomicUsize,
+    reader: Arc<tokio::sync::Mutex<()>>,
+    tokens_per_s: f64,
+    first_total: u32,
+    first_delay: Duration,
+}
+
+#[async_trait]
+impl Generator for Serial {
+    fn address(&self) -> &str {
+        "serial"
+    }
+
+    async fn generate(&self, request: GenRequest) -> Result<TokenStream, StageError> {
+        use futures::StreamExt;
+        use ragtime_core::GenEvent;
+        let i = self.calls.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        let chars: usize = request.messages.iter().map(|m| m.content.len()).sum();
+        let (total, delay) = if i == 0 {
+            (self.first_total, self.first_delay)
+        } else {
+            ((chars as f64 / 3.5) as u32, Duration::ZERO)
+        };
+        let step = (self.tokens_per_s / 10.0) as u32;
+        let reader = self.reader.clone();
+        let (tx, rx) = mpsc::channel(64);
+        tokio::spawn(async move {
+            let send = |ev| tx.send(Ok(ev));
+            {
+                let _reading = reader.lock().await;
+                tokio::time::sleep(delay).await;
+                let mut processed = 0;
+                if send(GenEvent::Progress { processed, total }).await.is_err() {
+                    return;
+                }
+                while processed < total {
+                    tokio::time::sleep(100 * MS).await;
+                    processed = (processed + step).min(total);
+                    if send(GenEvent::Progress { processed, total }).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            for t in 0..3 {
+                tokio::time::sleep(10 * MS).await;
+                if send(GenEvent::Delta(format!("w{t} "))).await.is_err() {
+                    return;
+                }
+            }
+            let _ = send(GenEvent::Finish("stop".into())).await;
+        });
+        Ok(
+            futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) })
+                .boxed(),
+        )
+    }
+}
+
+/// On a server that reads prompts one after another, a request admitted
+/// while the prompt ahead of it looked short is cut over as soon as that
+/// prompt's progress shows how long it really is — long before its own
+/// deadline, without a progress event of its own — while the request
+/// ahead is answered. The backend's reading rate, learned from the first
+/// request's progress, then sheds at admission what the backlog would
+/// make late.
+#[tokio::test(start_paused = true)]
+async fn a_request_behind_a_long_prompt_is_cut_over_before_its_own_progress() {
+    let serial = Arc::new(Serial {
+        calls: std::sync::atomic::AtomicUsize::new(0),
+        reader: Arc::default(),
+        tokens_per_s: 1000.0,
+        first_total: 800,
+        first_delay: 150 * MS,
+    });
+    let b = backend("serial", serial, 2, 1.0);
+    // Learned before: a token read in 1 ms.
+    b.stats.observe_reading(500, 500 * MS);
+    let w = world(vec![b.clone()], HedgePolicy::default());
+    let first = {
+        let w = w.clone();
+        tokio::spawn(async move { w.ask(input("insulin", 0)).await })
+    };
+    tokio::time::sleep(100 * MS).await;
+    let t = tokio::time::Instant::now();
+    let behind = w.ask(input("insulin", 0)).await;
+    let (outcome, elapsed, budget) = stage(&behind, Stage::LlmTtft);
+    assert_eq!(
+        behind.partial_reason,
+        Some(PartialReason::Stage(Stage::LlmTtft)),
+        "{:?}",
+        behind.report
+    );
+    assert_eq!(outcome, Outcome::Timeout);
+    assert!(
+        elapsed <= 250 && budget >= 900,
+        "cut at {elapsed} of {budget} ms"
+    );
+    assert!(t.elapsed() < 400 * MS, "{:?}", t.elapsed());
+    let detail = behind
+        .report
+        .stage(Stage::LlmTtft)
+        .and_then(|s| s.detail.clone())
+        .unwrap_or_default();
+    assert!(
+        detail.contains("predicted") && detail.contains("behind"),
+        "{detail}"
+    );
+    // Waiting behind another prompt is not slow reading.
+    assert_eq!(b.stats.estimates().ms_per_read_token, Some(1.0));
+
+    let first = first.await.expect("join");
+    assert_eq!(first.partial_reason, None, "{:?}", first.report);
+    assert!(first.text.starts_with("w0 w1 w2"), "{}", first.text);
+    assert_eq!(b.gate.state().busy, 0);
+    assert!(b.prefills.is_empty());
+    // Its progress taught the rate it read at: 800 tokens in 800 ms.
+    let rate = b.stats.estimates().ms_per_read_token.unwrap_or_default();
+    assert!((rate - 1.0).abs() < 0.05, "{rate}");
+}

@@ -63,12 +63,14 @@ fn llm_backends(config: &Config) -> anyhow::Result<(Vec<Spec>, Option<LocalServe
     let l = &config.llm;
     let api_key = l.api_key.as_ref().map(|s| s.expose().to_owned());
     let spec = |url: &str, model: &str, slots: usize, weight: f64, ctx: u32| {
-        let client = LlmClient::new(url, api_key.clone());
+        let client = LlmClient::new(url, api_key.clone()).with_prompt_cache(l.prompt_cache);
         let spec = BackendSpec {
             name: client.base_url().to_owned(),
             model: model.to_owned(),
             slots,
             max_queue: l.max_queue,
+            max_queue_wait: (l.max_queue_wait_ms > 0)
+                .then(|| Duration::from_millis(l.max_queue_wait_ms)),
             weight,
             context_tokens: ctx as usize,
         };

@@ -3,13 +3,25 @@
 //! (a tenant's, set by the admin), earliest deadline first within a class.
 //!
 //! A request that would wait longer than it can afford is not queued: the
-//! expected wait is the queue ahead of it times the observed time a request
-//! holds a slot, over the number of slots (Little's law), and if that plus
+//! expected wait is the time until the soonest slot comes free (the
+//! observed time a request holds a slot, less the time the oldest holder
+//! has held it), then the queue ahead of it times that holding time over
+//! the number of slots (Little's law), and if that plus
 //! the expected time to first token passes its first-token deadline, it is
 //! [`Refusal::Shed`] at once, so the caller answers without the LLM in
 //! milliseconds instead of waiting the whole allotment for nothing. Past
 //! the hard queue limit it is [`Refusal::Full`], with the time the queue
 //! needs to drain.
+//!
+//! A request waits for a slot at most the gate's `max_wait`, then gives up
+//! (the caller answers without the LLM); one expected to wait more than
+//! twice that is shed at once. (The expected wait is rough — how long the
+//! requests holding slots have left is a guess from their average — and a
+//! slot often comes sooner: one shed at once on a guess of a little over
+//! `max_wait` would have left it idle.) Whoever will not get the model's
+//! answer should learn it within a second or so, not when the first-token
+//! allotment runs out; a short wait still keeps a slot that comes free
+//! busy.
 
 use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,11 +50,14 @@ pub enum Refusal {
     Full { drain: Duration },
     /// Queued, but the deadline came first.
     Timeout { waited: Duration },
+    /// Queued the longest a request may wait for a slot, and none came.
+    GaveUp { waited: Duration },
 }
 
 /// A slot on the backend, held until dropped.
 pub struct Permit {
     gate: Arc<Gate>,
+    id: u64,
     since: Instant,
     /// How long the request queued for it.
     pub queued: Duration,
@@ -50,7 +65,7 @@ pub struct Permit {
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        self.gate.release(self.since.elapsed());
+        self.gate.release(self.id, self.since.elapsed());
     }
 }
 
@@ -69,6 +84,11 @@ impl std::fmt::Display for Refusal {
             Refusal::Timeout { waited } => {
                 write!(f, "queued {} ms and no slot came free in time", ms(waited))
             }
+            Refusal::GaveUp { waited } => write!(
+                f,
+                "waited {} ms for a slot, the longest wait, and none came free",
+                ms(waited)
+            ),
         }
     }
 }
@@ -84,6 +104,8 @@ impl std::fmt::Debug for Permit {
 struct Waiting {
     priority: u8,
     deadline: Instant,
+    /// When it stops waiting for a slot.
+    give_up: Instant,
     expected_ttft: Duration,
     seq: u64,
     /// `true`: the slot is yours; `false`: too late for a first token.
@@ -125,6 +147,9 @@ struct Inner {
     seq: u64,
     /// Seconds a request holds a slot (exponentially weighted), once known.
     service: Option<f64>,
+    /// Since when each permit held now has been held.
+    holders: std::collections::HashMap<u64, Instant>,
+    next_permit: u64,
 }
 
 /// Counts since start.
@@ -144,6 +169,10 @@ pub struct GateState {
     pub queued: usize,
     /// Time a request holds a slot, as observed (or the prior).
     pub service: Duration,
+    /// With every slot busy: the time until the soonest one is expected
+    /// to come free (the holding time less the longest-held permit's age,
+    /// at least a tenth of the holding time).
+    pub next_free: Option<Duration>,
 }
 
 impl GateState {
@@ -157,13 +186,18 @@ impl GateState {
         self.queued as f64 / self.slots.max(1) as f64
     }
 
-    /// Expected wait for a request with `ahead` requests before it.
+    /// Expected wait for a request with `ahead` requests before it: the
+    /// soonest slot to come free, then one holding time over the slots for
+    /// each request ahead.
     pub fn wait_behind(&self, ahead: usize) -> Duration {
         if self.busy < self.slots && ahead == 0 {
             return Duration::ZERO;
         }
-        self.service
-            .mul_f64((ahead + 1) as f64 / self.slots.max(1) as f64)
+        let slots = self.slots.max(1) as f64;
+        let first = self
+            .next_free
+            .unwrap_or_else(|| self.service.mul_f64(1.0 / slots));
+        first + self.service.mul_f64(ahead as f64 / slots)
     }
 }
 
@@ -173,6 +207,9 @@ const DECAY: f64 = 0.9;
 pub struct Gate {
     slots: usize,
     max_queue: usize,
+    /// The longest a request waits for a slot (`None`: until its deadline
+    /// leaves no room for a first token).
+    max_wait: Option<Duration>,
     /// The service time assumed before any request finished.
     prior: Duration,
     inner: Mutex<Inner>,
@@ -188,15 +225,28 @@ impl Gate {
     /// of at most `max_queue`; `prior`: the time a request is assumed to
     /// hold a slot until one has been observed.
     pub fn new(slots: usize, max_queue: usize, prior: Duration) -> Arc<Self> {
+        Self::with_max_wait(slots, max_queue, prior, None)
+    }
+
+    /// The same, with requests waiting at most `max_wait` for a slot.
+    pub fn with_max_wait(
+        slots: usize,
+        max_queue: usize,
+        prior: Duration,
+        max_wait: Option<Duration>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             slots: slots.max(1),
             max_queue,
+            max_wait,
             prior,
             inner: Mutex::new(Inner {
                 busy: 0,
                 queue: BinaryHeap::new(),
                 seq: 0,
                 service: None,
+                holders: std::collections::HashMap::new(),
+                next_permit: 0,
             }),
             counts: GateCounts::default(),
         })
@@ -208,11 +258,21 @@ impl Gate {
     }
 
     fn state_of(&self, g: &Inner) -> GateState {
+        let service = g.service.map_or(self.prior, Duration::from_secs_f64);
+        let next_free = (g.busy >= self.slots)
+            .then(|| g.holders.values().min())
+            .flatten()
+            .map(|oldest| {
+                service
+                    .saturating_sub(oldest.elapsed())
+                    .max(service.mul_f64(0.1))
+            });
         GateState {
             slots: self.slots,
             busy: g.busy,
             queued: g.queue.iter().filter(|w| !w.tx.is_closed()).count(),
-            service: g.service.map_or(self.prior, Duration::from_secs_f64),
+            service,
+            next_free,
         }
     }
 
@@ -223,15 +283,19 @@ impl Gate {
             g.queue.clear();
             g.busy += 1;
             self.counts.admitted.fetch_add(1, Ordering::Relaxed);
-            return Some(self.permit(Duration::ZERO));
+            return Some(self.permit(&mut g, Duration::ZERO));
         }
         None
     }
 
-    fn permit(self: &Arc<Self>, queued: Duration) -> Permit {
+    fn permit(self: &Arc<Self>, g: &mut Inner, queued: Duration) -> Permit {
+        let (id, since) = (g.next_permit, Instant::now());
+        g.next_permit += 1;
+        g.holders.insert(id, since);
         Permit {
             gate: self.clone(),
-            since: Instant::now(),
+            id,
+            since,
             queued,
         }
     }
@@ -247,7 +311,9 @@ impl Gate {
             .filter(|w| !w.tx.is_closed() && (w.priority, std::cmp::Reverse(w.deadline)) >= me)
             .count();
         let expected_wait = state.wait_behind(ahead);
-        if now + expected_wait + ask.expected_ttft > ask.deadline {
+        if now + expected_wait + ask.expected_ttft > ask.deadline
+            || self.max_wait.is_some_and(|m| expected_wait > m * 2)
+        {
             return Err(Refusal::Shed { expected_wait });
         }
         if state.busy >= state.slots && state.queued >= self.max_queue {
@@ -274,6 +340,9 @@ impl Gate {
             return Ok(p);
         }
         let start = Instant::now();
+        let give_up = self
+            .max_wait
+            .map_or(ask.deadline, |m| ask.deadline.min(start + m));
         let mut rx = {
             let mut g = lock(&self.inner);
             if let Err(r) = self.decide(&g, &ask, start) {
@@ -290,13 +359,14 @@ impl Gate {
             g.queue.push(Waiting {
                 priority: ask.priority,
                 deadline: ask.deadline,
+                give_up,
                 expected_ttft: ask.expected_ttft,
                 seq,
                 tx,
             });
             rx
         };
-        match tokio::time::timeout_at(ask.deadline, &mut rx).await {
+        match tokio::time::timeout_at(give_up, &mut rx).await {
             Ok(Ok(true)) => Ok(self.admitted(start)),
             _ => {
                 // A slot handed over just as the deadline passed is ours:
@@ -305,8 +375,11 @@ impl Gate {
                     drop(self.admitted(start));
                 }
                 self.counts.timed_out.fetch_add(1, Ordering::Relaxed);
-                Err(Refusal::Timeout {
-                    waited: start.elapsed(),
+                let waited = start.elapsed();
+                Err(if give_up < ask.deadline {
+                    Refusal::GaveUp { waited }
+                } else {
+                    Refusal::Timeout { waited }
                 })
             }
         }
@@ -314,20 +387,22 @@ impl Gate {
 
     fn admitted(self: &Arc<Self>, start: Instant) -> Permit {
         self.counts.admitted.fetch_add(1, Ordering::Relaxed);
-        self.permit(start.elapsed())
+        let mut g = lock(&self.inner);
+        self.permit(&mut g, start.elapsed())
     }
 
     /// A slot comes free after `held`: it goes to the first live waiter
     /// that can still have its first token in time; those that cannot are
     /// told at once (they answer without the LLM now, not at their
     /// deadline).
-    fn release(&self, held: Duration) {
+    fn release(&self, id: u64, held: Duration) {
         let mut g = lock(&self.inner);
+        g.holders.remove(&id);
         let s = held.as_secs_f64();
         g.service = Some(g.service.map_or(s, |old| old * DECAY + s * (1.0 - DECAY)));
         let now = Instant::now();
         while let Some(w) = g.queue.pop() {
-            if now + w.expected_ttft > w.deadline {
+            if now + w.expected_ttft > w.deadline || now >= w.give_up {
                 let _ = w.tx.send(false);
                 continue;
             }
@@ -392,6 +467,10 @@ mod tests {
         // Two slots, each held 1 s on average.
         let gate = Gate::new(2, 2, Duration::from_secs(1));
         let (_a, _b) = (gate.try_admit(), gate.try_admit());
+        // Both held half of the 1 s a request holds a slot: the first frees
+        // in about 0.5 s.
+        tokio::time::sleep(500 * MS).await;
+        assert_eq!(gate.state().next_free, Some(500 * MS));
         // Nobody ahead: 0.5 s expected wait fits a 600 ms deadline.
         let g = gate.clone();
         let queued = tokio::spawn(async move { g.admit(ask(600, 0)).await.map(|p| p.queued) });
@@ -416,6 +495,61 @@ mod tests {
         assert_eq!(gate.counts.full.load(Ordering::Relaxed), 1);
         // The queued request times out at its deadline if no slot frees.
         assert!(matches!(queued.await, Ok(Err(Refusal::Timeout { .. }))));
+    }
+
+    /// With a longest wait, a request expected to wait more than twice as
+    /// long is shed at once however long its deadline, and one queued
+    /// gives up when the wait runs out, not at its deadline.
+    #[tokio::test(start_paused = true)]
+    async fn no_request_waits_longer_than_the_longest_wait() {
+        let gate = Gate::with_max_wait(2, 8, Duration::from_secs(1), Some(400 * MS));
+        let (_a, _b) = (gate.try_admit(), gate.try_admit());
+        tokio::time::sleep(500 * MS).await;
+        // Nobody ahead: 0.5 s expected, within twice 400 ms.
+        let t0 = Instant::now();
+        let g = gate.clone();
+        let queued = tokio::spawn(async move { g.admit(ask(60_000, 0)).await.map(|p| p.queued) });
+        tokio::task::yield_now().await;
+        assert_eq!(gate.state().queued, 1);
+        // One ahead: 1 s expected, past twice 400 ms: shed, deadline or
+        // not.
+        let shed = gate.admit(ask(60_000, 0)).await;
+        assert_eq!(
+            shed.err(),
+            Some(Refusal::Shed {
+                expected_wait: Duration::from_secs(1)
+            })
+        );
+        assert_eq!(t0.elapsed(), Duration::ZERO);
+        // No slot frees: it gives up after 400 ms, not 60 s.
+        assert_eq!(
+            queued.await.ok(),
+            Some(Err(Refusal::GaveUp { waited: 400 * MS }))
+        );
+        assert_eq!(t0.elapsed(), 400 * MS);
+        assert_eq!(gate.state().queued, 0);
+    }
+
+    /// The soonest slot to come free is the longest-held one's: the
+    /// holding time less its age, never less than a tenth of it.
+    #[tokio::test(start_paused = true)]
+    async fn the_wait_is_for_the_slot_held_longest() {
+        let gate = Gate::new(2, 8, Duration::from_secs(4));
+        let a = gate.try_admit();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let b = gate.try_admit();
+        assert_eq!(gate.state().next_free, Some(Duration::from_secs(1)));
+        assert_eq!(gate.state().wait_behind(0), Duration::from_secs(1));
+        // Two ahead: then two more holding times over the two slots.
+        assert_eq!(gate.state().wait_behind(2), Duration::from_secs(5));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(gate.state().next_free, Some(400 * MS), "overdue");
+        drop(a);
+        assert_eq!(gate.state().next_free, None, "a slot is free");
+        let c = gate.try_admit();
+        // b has held 2 s of the holding time now observed (a's 5 s).
+        assert_eq!(gate.state().next_free, Some(Duration::from_secs(3)));
+        drop((b, c));
     }
 
     #[tokio::test(start_paused = true)]

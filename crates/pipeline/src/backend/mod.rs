@@ -16,11 +16,13 @@
 pub mod breaker;
 pub mod gate;
 pub mod load;
+pub mod prefill;
 pub mod stats;
 
 use crate::backend::stats::BackendStats;
 use breaker::{Breaker, BreakerState};
 use gate::{Gate, GateState};
+use prefill::Prefills;
 use ragtime_core::Generator;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,6 +40,9 @@ pub struct BackendSpec {
     pub slots: usize,
     /// Requests that may wait for a slot.
     pub max_queue: usize,
+    /// The longest a request waits for a slot (`None`: as long as its
+    /// first-token deadline allows).
+    pub max_queue_wait: Option<Duration>,
     /// Share of traffic relative to the others at equal expected wait.
     pub weight: f64,
     /// Tokens one sequence may hold (prompt and answer).
@@ -53,6 +58,9 @@ pub struct Backend {
     pub gate: Arc<Gate>,
     pub stats: BackendStats,
     pub breaker: Breaker,
+    /// The prompts it is reading now (kept for every backend; read only
+    /// for one that reports its progress).
+    pub prefills: Arc<Prefills>,
     ttft: Mutex<VecDeque<f64>>,
     /// Requests answered without asking it: its breaker was open and no
     /// other backend could take them.
@@ -65,13 +73,19 @@ impl Backend {
     pub fn new(spec: BackendSpec, generator: Arc<dyn Generator>, breaker: Breaker) -> Arc<Self> {
         // Before anything was observed, a request is taken to hold a slot
         // for about two seconds (a short answer from a small CPU model).
-        let gate = Gate::new(spec.slots, spec.max_queue, Duration::from_secs(2));
+        let gate = Gate::with_max_wait(
+            spec.slots,
+            spec.max_queue,
+            Duration::from_secs(2),
+            spec.max_queue_wait,
+        );
         Arc::new(Self {
             spec,
             generator,
             gate,
             stats: BackendStats::default(),
             breaker,
+            prefills: Arc::default(),
             ttft: Mutex::new(VecDeque::new()),
             skipped: AtomicU64::new(0),
             last_token: Mutex::new(None),
@@ -85,9 +99,24 @@ impl Backend {
     /// The time to first token expected for a prompt of `prompt_tokens`,
     /// from what the backend has shown.
     pub fn expected_ttft(&self, prompt_tokens: usize) -> Duration {
-        let e = self.stats.estimates();
-        let ms = e.ttft_base_ms + e.ms_per_prompt_token * prompt_tokens as f64;
+        let (base, per) = self.stats.estimates().ttft_line();
+        let ms = base + per * prompt_tokens as f64;
         Duration::from_secs_f64(ms.max(0.0) / 1000.0)
+    }
+
+    /// The time to first token expected for a prompt of `prompt_tokens`
+    /// sent now. A backend that reports its reading rate reads prompts one
+    /// after another: the prompts in flight ahead of this one, then its
+    /// own, at that rate. Any other: its learned time to first token,
+    /// slowed by [`Backend::contention`].
+    pub fn expected_first_token(&self, prompt_tokens: usize) -> Duration {
+        match self.stats.estimates().ms_per_read_token {
+            Some(ms) => {
+                let tokens = self.prefills.backlog() + prompt_tokens as f64;
+                Duration::from_secs_f64(ms * tokens / 1000.0)
+            }
+            None => self.expected_ttft(prompt_tokens).mul_f64(self.contention()),
+        }
     }
 
     /// How much slower than its learned speed the backend prefills a
@@ -198,6 +227,11 @@ pub struct BackendStatus {
     pub ttft_base_ms: f64,
     pub ms_per_prompt_token: f64,
     pub ms_per_output_token: f64,
+    /// Its reading rate from its own progress reports (none from a
+    /// backend that does not report progress).
+    pub ms_per_read_token: Option<f64>,
+    /// Prompt tokens in flight not yet read.
+    pub prompt_backlog: f64,
     /// Tokens one sequence may hold.
     pub context_tokens: usize,
     pub admitted: u64,
@@ -347,6 +381,8 @@ impl Backends {
                     ttft_base_ms: e.ttft_base_ms,
                     ms_per_prompt_token: e.ms_per_prompt_token,
                     ms_per_output_token: e.ms_per_output_token,
+                    ms_per_read_token: e.ms_per_read_token,
+                    prompt_backlog: b.prefills.backlog(),
                     context_tokens: b.spec.context_tokens,
                     name: b.name().to_owned(),
                     breaker: b.breaker.state(),

@@ -31,6 +31,11 @@ pub struct Estimates {
     /// Time per output token after the first.
     pub ms_per_output_token: f64,
     pub chars_per_token: f64,
+    /// Time to read one prompt token, from the backend's own progress
+    /// reports (first progress event to first token, the tokens it read
+    /// in between: no queueing, no other request's prompt); `None` until a
+    /// backend that reports progress has answered.
+    pub ms_per_read_token: Option<f64>,
     /// Completions observed so far.
     pub observations: u64,
 }
@@ -42,16 +47,32 @@ impl Estimates {
         ms_per_prompt_token: 2.0,
         ms_per_output_token: 40.0,
         chars_per_token: 3.5,
+        ms_per_read_token: None,
         observations: 0,
     };
 
+    /// Milliseconds before the first token, and a prompt token: the
+    /// reading rate the backend's progress shows when it reports it, else
+    /// the time-to-first-token line fitted on completions. (That line
+    /// learns only from requests that got their first token, and those
+    /// cut over early for a slow prefill are the slow ones: on a backend
+    /// that reports progress it would learn too fast a rate and let
+    /// prompts grow.)
+    pub fn ttft_line(&self) -> (f64, f64) {
+        match self.ms_per_read_token {
+            Some(ms) => (0.0, ms),
+            None => (self.ttft_base_ms, self.ms_per_prompt_token),
+        }
+    }
+
     /// Prompt tokens that fit into a TTFT of `ttft`.
     pub fn prompt_tokens_within(&self, ttft: Duration) -> usize {
-        let ms = ttft.as_secs_f64() * 1000.0 - self.ttft_base_ms;
+        let (base, per) = self.ttft_line();
+        let ms = ttft.as_secs_f64() * 1000.0 - base;
         if ms <= 0.0 {
             return 0;
         }
-        (ms / self.ms_per_prompt_token.max(1e-3)) as usize
+        (ms / per.max(1e-3)) as usize
     }
 
     /// Tokens in `chars` characters of prompt at this backend's ratio
@@ -156,6 +177,23 @@ impl BackendStats {
         }
     }
 
+    /// A prompt of `tokens` (those not already in the backend's cache)
+    /// was read in `took`, from its first progress event to its first
+    /// token: the backend's own reading rate, without time spent waiting
+    /// behind other prompts.
+    pub fn observe_reading(&self, tokens: u32, took: Duration) {
+        if tokens < 16 {
+            return;
+        }
+        let mut g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let per = took.as_secs_f64() * 1000.0 / f64::from(tokens);
+        g.est.ms_per_read_token = Some(
+            g.est
+                .ms_per_read_token
+                .map_or(per, |old| ewma(old, per, false)),
+        );
+    }
+
     pub fn observe(&self, o: Observation) {
         let mut g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let first = g.est.observations == 0;
@@ -225,6 +263,28 @@ mod tests {
         let n = e.prompt_tokens_within(Duration::from_secs(1));
         assert!((1940..=1980).contains(&n), "{n}");
         assert_eq!(e.output_tokens_within(Duration::from_millis(100)), 11);
+    }
+
+    #[test]
+    fn the_reading_rate_is_learned_from_progress_only() {
+        let s = BackendStats::default();
+        assert_eq!(s.estimates().ms_per_read_token, None);
+        // A prompt mostly in the cache teaches nothing.
+        s.observe_reading(3, Duration::from_millis(40));
+        assert_eq!(s.estimates().ms_per_read_token, None);
+        s.observe_reading(500, Duration::from_millis(1000));
+        assert_eq!(s.estimates().ms_per_read_token, Some(2.0));
+        s.observe_reading(500, Duration::from_millis(2000));
+        let r = s.estimates().ms_per_read_token.unwrap_or_default();
+        assert!((r - 2.2).abs() < 1e-9, "{r}");
+        // Completions do not move it.
+        s.observe(obs(100, 3000, 1, 10));
+        assert_eq!(s.estimates().ms_per_read_token, Some(r));
+        // Prompts are sized by it: 1.1 s of reading at 2.2 ms a token.
+        let n = s
+            .estimates()
+            .prompt_tokens_within(Duration::from_millis(1100));
+        assert!((499..=500).contains(&n), "{n}");
     }
 
     #[test]

@@ -74,7 +74,7 @@ async fn attempt(
             admitted.map_err(|r| {
                 let mut l = log(journal);
                 l.refused = Some(r);
-                if let Refusal::Timeout { waited } = r {
+                if let Refusal::Timeout { waited } | Refusal::GaveUp { waited } = r {
                     l.queued = waited;
                 }
                 StageError::Backend(format!("overload: {r}"))
@@ -82,6 +82,22 @@ async fn attempt(
         }
     };
     log(journal).queued = permit.queued;
+    // A slot that came after a wait: what is being read now may leave no
+    // time for this prompt (the estimate at arrival is stale). Known for
+    // a backend that shows its reading rate; give the slot back at once.
+    if !permit.queued.is_zero() && backend.stats.estimates().ms_per_read_token.is_some() {
+        let chars: usize = request.messages.iter().map(|m| m.content.len()).sum();
+        let tokens = backend.stats.estimates().tokens_in(chars) as usize;
+        let expected = backend.expected_first_token(tokens);
+        if Instant::now() + expected > ask.deadline {
+            return Err(StageError::Late(format!(
+                "first token predicted after {} ms, past the budget: a slot came after {} ms, behind {:.0} tokens of prompts being read",
+                expected.as_millis(),
+                permit.queued.as_millis(),
+                backend.prefills.backlog()
+            )));
+        }
+    }
     if !backend.breaker.allow() {
         return Err(StageError::Backend(format!(
             "{}: breaker open",
@@ -145,45 +161,169 @@ async fn attempt(
     }
 }
 
-/// The backend's stream, read up to its first text. A backend that
-/// streams its prompt progress is read as it goes: once the tokens left at
-/// the rate this very prefill has shown would bring the first token past
-/// `deadline`, the request is dropped there (freeing its slot) rather
-/// than waited out — a `Late` error, a timeout of the stage that says it
-/// was predicted, and the backend learns that prefill is at least that
-/// slow. Without progress events, only the deadline ends the wait.
+/// How often a request that waits for its first token predicts it again
+/// between its own progress events (the prompts ahead of it move, or
+/// nothing does).
+const RECHECK: Duration = Duration::from_millis(100);
+
+/// What a request has seen of its own prompt being read. A server that
+/// reads prompts one after another reports on every prompt it has started
+/// after every step, whether that step read any of it or not: only the
+/// steps that read some of this prompt time its rate (a prompt another
+/// one overtook would otherwise look slow, and teach the backend so).
+struct Own {
+    /// Prompt tokens (estimated until the backend says).
+    total: f64,
+    /// Tokens read so far (the cached ones included, as reported).
+    processed: f64,
+    /// Its latest progress event.
+    last_event: Option<Instant>,
+    /// Its latest progress event that showed tokens read (or its first).
+    last_read: Option<Instant>,
+    /// Time of the steps that read some of it, and the tokens they read.
+    read_ms: f64,
+    read_tokens: f64,
+}
+
+/// A first token predicted after the deadline.
+struct Miss {
+    at: Instant,
+    /// Tokens of other prompts it waits behind.
+    ahead: f64,
+    /// The reading rate the prediction used (tokens a second).
+    rate: f64,
+    /// Its own rate, shown by its own progress (not queueing).
+    own: bool,
+}
+
+impl Own {
+    fn new(total: f64) -> Self {
+        Self {
+            total,
+            processed: 0.0,
+            last_event: None,
+            last_read: None,
+            read_ms: 0.0,
+            read_tokens: 0.0,
+        }
+    }
+
+    fn seen(&mut self, processed: u32, total: u32, now: Instant) {
+        let processed = f64::from(processed);
+        match self.last_event {
+            Some(prev) if processed > self.processed => {
+                self.read_ms += (now - prev).as_secs_f64() * 1000.0;
+                self.read_tokens += processed - self.processed;
+                self.last_read = Some(now);
+            }
+            Some(_) => {}
+            None => self.last_read = Some(now),
+        }
+        (self.processed, self.total) = (processed, f64::from(total));
+        self.last_event = Some(now);
+    }
+
+    /// Milliseconds a token as this prompt's own progress has shown.
+    fn own_ms_per_token(&self) -> Option<f64> {
+        (self.read_tokens > 0.0).then(|| self.read_ms / self.read_tokens)
+    }
+
+    /// When its first token should come: the prompts read ahead of it at
+    /// the backend's rate, then what is left of its own at the rate it has
+    /// shown (or the backend's). `None` with no rate to go by.
+    fn predict(&self, ahead: f64, backend_ms: Option<f64>, now: Instant) -> Option<Miss> {
+        let own = self.own_ms_per_token();
+        let ms = own.or(backend_ms)?;
+        let left = (self.total - self.processed).max(0.0);
+        let after = |tokens: f64| Duration::from_secs_f64((tokens / 1000.0).min(3600.0));
+        let at = match (ahead > 0.0, self.last_read) {
+            (true, _) => now + after(backend_ms.unwrap_or(ms) * ahead) + after(ms * left),
+            // Being read: from its latest step (or its start) on.
+            (false, Some(last)) => last + after(ms * left),
+            // Not started, nothing known ahead of it.
+            (false, None) => now + after(ms * left),
+        };
+        Some(Miss {
+            at,
+            ahead,
+            rate: 1000.0 / ms.max(1e-6),
+            own: own.is_some() && ahead == 0.0,
+        })
+    }
+}
+
+/// The backend's stream, read up to its first text. While a backend
+/// reports its prompt progress (or has shown its reading rate before), the
+/// first token is predicted as events come and every [`RECHECK`] between
+/// them: the prompts read ahead of this one (see [`Prefills`]), then its
+/// own at the rate it shows. Once that passes `deadline` the request is
+/// dropped there (freeing its slot) rather than waited out — a `Late`
+/// error, a timeout of the stage that says it was predicted; when its own
+/// reading was what was slow, the backend learns that prefill is at least
+/// that slow. Without progress, only the deadline ends the wait.
+///
+/// [`Prefills`]: crate::backend::prefill::Prefills
 async fn first_text(
     backend: &Backend,
     request: GenRequest,
     deadline: Instant,
 ) -> Result<(TokenStream, String), StageError> {
     let called = Instant::now();
+    let chars: usize = request.messages.iter().map(|m| m.content.len()).sum();
+    let mut own = Own::new(backend.stats.estimates().tokens_in(chars));
+    let reading = backend.prefills.enter(own.total);
     let mut stream = backend.generator.generate(request).await?;
-    let mut since: Option<(Instant, u32)> = None;
-    while let Some(ev) = stream.next().await {
+    let late = |own: &Own, now: Instant| -> Result<(), StageError> {
+        let backend_ms = backend.stats.estimates().ms_per_read_token;
+        let Some(miss) = own.predict(reading.ahead(), backend_ms, now) else {
+            return Ok(());
+        };
+        if miss.at <= deadline {
+            return Ok(());
+        }
+        let predicted = miss.at - called;
+        if miss.own {
+            backend.stats.observe_timeout(own.total as u32, predicted);
+        }
+        Err(StageError::Late(format!(
+            "first token predicted after {} ms, past the budget: {:.0} of {:.0} prompt tokens read at {:.0} tokens/s{}",
+            predicted.as_millis(),
+            own.processed,
+            own.total,
+            miss.rate,
+            if miss.ahead > 0.0 {
+                format!(", behind {:.0} tokens of other prompts", miss.ahead)
+            } else {
+                String::new()
+            }
+        )))
+    };
+    loop {
+        let watching =
+            own.last_event.is_some() || backend.stats.estimates().ms_per_read_token.is_some();
+        let ev = tokio::select! {
+            ev = stream.next() => ev,
+            () = tokio::time::sleep(RECHECK), if watching => {
+                late(&own, Instant::now())?;
+                continue;
+            }
+        };
+        let Some(ev) = ev else { break };
         match ev? {
             GenEvent::Delta(first) => {
                 backend.saw_token();
+                backend.stats.observe_reading(
+                    own.read_tokens as u32,
+                    Duration::from_secs_f64(own.read_ms / 1000.0),
+                );
                 return Ok((stream, first));
             }
             GenEvent::Progress { processed, total } => {
                 let now = Instant::now();
                 backend.saw_token();
-                let Some((t0, p0)) = since.filter(|(_, p0)| processed > *p0) else {
-                    since.get_or_insert((now, processed));
-                    continue;
-                };
-                let rate = f64::from(processed - p0) / (now - t0).as_secs_f64().max(1e-6);
-                let left = f64::from(total.saturating_sub(processed)) / rate;
-                let first_at = now + Duration::from_secs_f64(left.min(3600.0));
-                if first_at > deadline {
-                    let predicted = first_at - called;
-                    backend.stats.observe_timeout(total, predicted);
-                    return Err(StageError::Late(format!(
-                        "first token predicted after {} ms, past the budget: {processed} of {total} prompt tokens read at {rate:.0} tokens/s",
-                        predicted.as_millis()
-                    )));
-                }
+                reading.progress(processed, total, now);
+                own.seen(processed, total, now);
+                late(&own, now)?;
             }
             _ => {}
         }
@@ -418,4 +558,38 @@ pub(super) async fn rest(
         backend.breaker.failure();
     }
     (run, s, backend)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    /// Steps that read none of a prompt (another prompt overtook it) do
+    /// not count against its rate; its prediction runs from the last step
+    /// that read some of it.
+    #[test]
+    fn a_prompt_overtaken_by_another_keeps_its_reading_rate() {
+        let t = Instant::now();
+        let mut own = Own::new(100.0);
+        own.seen(0, 1024, t);
+        own.seen(256, 1024, t + 300 * MS);
+        own.seen(256, 1024, t + 600 * MS);
+        own.seen(256, 1024, t + 900 * MS);
+        own.seen(512, 1024, t + 1200 * MS);
+        let ms = own.own_ms_per_token().unwrap_or_default();
+        assert!((ms - 600.0 / 512.0).abs() < 1e-9, "{ms}");
+        let miss = own.predict(0.0, Some(5.0), t + 1250 * MS);
+        let at = miss.map(|m| (m.at, m.own));
+        // 512 tokens left at its own rate, from the step at 1.2 s.
+        assert_eq!(at, Some((t + 1200 * MS + 600 * MS, true)));
+        // Behind 1,000 tokens of another prompt: those at the backend's
+        // rate first, from now.
+        let behind = own.predict(1000.0, Some(2.0), t + 1250 * MS);
+        assert_eq!(
+            behind.map(|m| (m.at, m.own)),
+            Some((t + 1250 * MS + 2000 * MS + 600 * MS, false))
+        );
+    }
 }

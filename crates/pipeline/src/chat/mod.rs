@@ -607,11 +607,7 @@ async fn reply(t: &Turn<'_>, hits: &[Passage], shape: &Shape, out: &mut Output<'
         return extractive(t, &top, out, Why::Skipped).await;
     };
     let ttft = budget.allot(Stage::LlmTtft);
-    let Sized {
-        prompt,
-        est,
-        contention,
-    } = prompt_for(budget, input, hits, shape, &backend, ttft);
+    let Sized { prompt, est } = prompt_for(budget, input, hits, shape, &backend, ttft);
     out.sources(prompt.passages.iter().map(citation).collect())
         .await;
     let announced = announced(hits, &prompt);
@@ -628,7 +624,7 @@ async fn reply(t: &Turn<'_>, hits: &[Passage], shape: &Shape, out: &mut Output<'
     let ask = Ask {
         deadline: tokio::time::Instant::now() + ttft,
         priority: input.priority,
-        expected_ttft: backend.expected_ttft(prompt_tokens).mul_f64(contention),
+        expected_ttft: backend.expected_first_token(prompt_tokens),
     };
     if let Err(r) = backend.gate.preview(ask) {
         budget.skip(
@@ -687,8 +683,6 @@ fn most_prompt_tokens(input: &ChatInput, hits: &[Passage]) -> usize {
 struct Sized {
     prompt: prompt::Prompt,
     est: crate::backend::stats::Estimates,
-    /// How much slower the backend runs while it is shared.
-    contention: f64,
 }
 
 /// The prompt for `backend`: what it can read within the `ttft`
@@ -723,7 +717,6 @@ fn prompt_for(
     Sized {
         prompt: plan.build(hits, &input.history, &input.query),
         est,
-        contention,
     }
 }
 
@@ -787,7 +780,9 @@ fn tell_backends(m: Missed) {
 /// come: `llm_ttft`, like a late backend; failed: `llm_error`.
 fn missed_why(m: &Missed) -> Why {
     match (m.attempts.refused, m.outcome) {
-        (Some(Refusal::Shed { .. } | Refusal::Full { .. }), _) => Why::Busy,
+        (Some(Refusal::Shed { .. } | Refusal::Full { .. } | Refusal::GaveUp { .. }), _) => {
+            Why::Busy
+        }
         (Some(Refusal::Timeout { .. }), _) => Why::Late,
         (_, Outcome::Error) => Why::Failed,
         _ => Why::Late,

@@ -209,6 +209,7 @@ mod tests {
             ms_per_prompt_token: 1.0,
             ms_per_output_token: 10.0,
             chars_per_token: 4.0,
+            ms_per_read_token: None,
             observations: 10,
         };
         // 1 s of TTFT: 70 % = 700 ms, minus 100 ms base = 600 tokens.

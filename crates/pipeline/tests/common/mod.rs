@@ -37,6 +37,7 @@ pub fn backend(name: &str, g: Arc<dyn Generator>, slots: usize, weight: f64) -> 
         model: "m".into(),
         slots,
         max_queue: 64,
+        max_queue_wait: None,
         weight,
         context_tokens: 4096,
     };

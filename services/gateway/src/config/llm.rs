@@ -27,6 +27,11 @@ pub struct LlmConfig {
     /// progress once a step, which is how a first token that will come
     /// too late is known early (docs/benchmarks.md, "Under load").
     pub batch_size: u32,
+    /// Ask a llama.cpp backend to reuse the part of a prompt its slot has
+    /// already read (`cache_prompt`): prompts put the instructions and
+    /// sources first, so requests on the same sources share a prefix
+    /// (docs/benchmarks.md, "Prompt prefix reuse").
+    pub prompt_cache: bool,
     /// How long the local server may take to load before readiness fails.
     pub startup_timeout_s: u64,
     /// The slots of the backend at `base_url`.
@@ -36,6 +41,11 @@ pub struct LlmConfig {
     pub backends: Vec<BackendConfig>,
     /// Requests that may wait for a slot, per backend; past it, 503.
     pub max_queue: usize,
+    /// The longest a request waits for a slot before it is answered
+    /// without the model (0: as long as its first-token budget allows).
+    /// Whoever will not get the model's answer learns it within about a
+    /// second; a short wait still keeps a slot that comes free busy.
+    pub max_queue_wait_ms: u64,
     pub hedge: HedgeConfig,
     pub breaker: BreakerConfig,
     /// Health probes of every backend, this often (0: off).
@@ -55,10 +65,12 @@ impl Default for LlmConfig {
             threads: 2,
             parallel: 2,
             batch_size: 256,
+            prompt_cache: true,
             startup_timeout_s: 120,
             max_concurrency: 16,
             backends: Vec::new(),
             max_queue: 32,
+            max_queue_wait_ms: 750,
             hedge: HedgeConfig::default(),
             breaker: BreakerConfig::default(),
             probe_ms: 500,
@@ -168,6 +180,12 @@ impl LlmConfig {
         }
         if !(1..=4096).contains(&self.max_concurrency) {
             return Err(invalid("llm.max_concurrency", "must be between 1 and 4096"));
+        }
+        if self.max_queue_wait_ms > 3_600_000 {
+            return Err(invalid(
+                "llm.max_queue_wait_ms",
+                "must be at most 3600000 (an hour; 0 waits as long as the budget allows)",
+            ));
         }
         if self.max_queue > 100_000 {
             return Err(invalid("llm.max_queue", "must be at most 100000"));

@@ -93,7 +93,7 @@ fn config_layers_defaults_then_file_then_environment() {
 #[test]
 fn invalid_configuration_fails_at_start_naming_the_key() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let cases: [(&str, &str, &str); 11] = [
+    let cases: [(&str, &str, &str); 12] = [
         ("RAGTIME__BUDGETS__TOTAL_MS", "0", "budgets.total_ms"),
         // The store is SQLite (no database_url): nothing to search in.
         ("RAGTIME__RETRIEVAL__ENGINE", "postgres", "retrieval.engine"),
@@ -110,6 +110,11 @@ fn invalid_configuration_fails_at_start_naming_the_key() {
         ),
         ("RAGTIME__CHAT__DRY_MULTIPLIER", "9", "chat.dry_multiplier"),
         ("RAGTIME__LLM__BATCH_SIZE", "8", "llm.batch_size"),
+        (
+            "RAGTIME__LLM__MAX_QUEUE_WAIT_MS",
+            "99999999",
+            "llm.max_queue_wait_ms",
+        ),
         ("RAGTIME__BUDGETS__RERANK_MS", "999999", "budgets.rerank_ms"),
         ("RAGTIME__BUDGETS__EMBED_MS", "abc", "embed_ms"),
         ("RAGTIME__LLM__BASE_URL", "gpu:8000", "llm.base_url"),
