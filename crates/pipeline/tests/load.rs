@@ -587,6 +587,8 @@ async fn a_prefill_that_will_miss_its_first_token_deadline_is_cut_over_early() {
     assert!(detail.contains("predicted"), "{detail}");
     assert_eq!(b.gate.state().busy, 0, "the request was dropped");
     assert_eq!(b.breaker.state(), BreakerState::Closed);
+    // The steps it was read in taught the reading rate: 2 ms a token.
+    assert_eq!(b.stats.estimates().ms_per_read_token, Some(2.0));
 
     // No progress: the same backend speed is only known at the deadline.
     let quiet = Arc::new(ScriptedGenerator::new(Script::tokens(

@@ -285,6 +285,12 @@ async fn first_text(
         if miss.own {
             backend.stats.observe_timeout(own.total as u32, predicted);
         }
+        // The steps it was read in show the backend's reading rate, cut
+        // or not: the next prompts are sized from it.
+        backend.stats.observe_reading(
+            own.read_tokens as u32,
+            Duration::from_secs_f64(own.read_ms / 1000.0),
+        );
         Err(StageError::Late(format!(
             "first token predicted after {} ms, past the budget: {:.0} of {:.0} prompt tokens read at {:.0} tokens/s{}",
             predicted.as_millis(),
