@@ -267,9 +267,10 @@ async fn run_set(name: &str) {
 
     // `BENCH_LEXICAL=chunks|documents`: what BM25 ranks documents by
     // (default `auto`, as the service).
-    // `BENCH_DRY` and `BENCH_FREQUENCY_PENALTY`: the sampling settings
-    // (`chat.dry_multiplier`, `chat.frequency_penalty`) compared for loops.
-    let mut sampling = (0.0, 0.0);
+    // `BENCH_DRY`, `BENCH_DRY_LAST_N` and `BENCH_FREQUENCY_PENALTY`: the
+    // sampling settings (`chat.dry_multiplier`, `chat.dry_last_n`,
+    // `chat.frequency_penalty`) compared for loops.
+    let mut sampling = (0.0, 0.0, 0);
     let server = Server::start(|c| {
         use ragtime_gateway::config::Lexical;
         match std::env::var("BENCH_LEXICAL").as_deref() {
@@ -281,15 +282,22 @@ async fn run_set(name: &str) {
         if let Some(d) = num("BENCH_DRY") {
             c.chat.dry_multiplier = d;
         }
+        if let Some(n) = num("BENCH_DRY_LAST_N") {
+            c.chat.dry_last_n = n as u32;
+        }
         if let Some(f) = num("BENCH_FREQUENCY_PENALTY") {
             c.chat.frequency_penalty = f;
         }
-        sampling = (c.chat.frequency_penalty, c.chat.dry_multiplier);
+        sampling = (
+            c.chat.frequency_penalty,
+            c.chat.dry_multiplier,
+            c.chat.dry_last_n,
+        );
     })
     .await;
     println!(
-        "sampling: frequency_penalty {}, dry_multiplier {}",
-        sampling.0, sampling.1
+        "sampling: frequency_penalty {}, dry_multiplier {} over the latest {} tokens",
+        sampling.0, sampling.1, sampling.2
     );
     let http = reqwest::Client::new();
     upload(&http, &server.base, &pages).await;

@@ -243,18 +243,33 @@ fn questions(data: &SciFact, docs: usize) -> Vec<String> {
 
 /// `clients` asking back to back for `dur`.
 async fn closed_loop(base: &str, qs: &[String], clients: usize, dur: Duration) -> Vec<Answer> {
-    let next = Arc::new(AtomicUsize::new(0));
-    let qs = Arc::new(qs.to_vec());
+    let qs = qs.to_vec();
     let until = Instant::now() + dur;
+    asking(base, clients, 96, move |i| {
+        (Instant::now() < until).then(|| qs[i % qs.len()].clone())
+    })
+    .await
+}
+
+/// `clients` tasks asking one after another, each the question `next`
+/// gives for the next number (shared, counting from 0) until it gives
+/// none; every answer.
+async fn asking(
+    base: &str,
+    clients: usize,
+    max_tokens: u32,
+    next: impl Fn(usize) -> Option<String> + Send + Sync + 'static,
+) -> Vec<Answer> {
+    let count = Arc::new(AtomicUsize::new(0));
+    let next = Arc::new(next);
     let tasks: Vec<_> = (0..clients)
         .map(|_| {
-            let (next, qs, base) = (next.clone(), qs.clone(), base.to_owned());
+            let (count, next, base) = (count.clone(), next.clone(), base.to_owned());
             tokio::spawn(async move {
                 let http = reqwest::Client::new();
                 let mut out = Vec::new();
-                while Instant::now() < until {
-                    let q = &qs[next.fetch_add(1, Ordering::Relaxed) % qs.len()];
-                    out.push(ask(&http, &base, q).await);
+                while let Some(q) = next(count.fetch_add(1, Ordering::Relaxed)) {
+                    out.push(ask_for(&http, &base, &q, max_tokens).await);
                 }
                 out
             })
@@ -444,9 +459,17 @@ pub async fn load(data: &SciFact) {
     let batch = std::env::var("BENCH_BATCH")
         .ok()
         .and_then(|v| v.parse().ok());
+    // `BENCH_MAX_QUEUE_WAIT_MS`: `llm.max_queue_wait_ms` (how long a
+    // request waits for a slot before it is answered without the model).
+    let max_wait = std::env::var("BENCH_MAX_QUEUE_WAIT_MS")
+        .ok()
+        .and_then(|v| v.parse().ok());
     let server = Server::start(|c| {
         if let Some(b) = batch {
             c.llm.batch_size = b;
+        }
+        if let Some(w) = max_wait {
+            c.llm.max_queue_wait_ms = w;
         }
     })
     .await;
@@ -457,13 +480,15 @@ pub async fn load(data: &SciFact) {
     // Warm the backend (and its learned speed), then measure capacity.
     let _ = closed_loop(&server.base, &qs, slots, Duration::from_secs(10)).await;
     let dur = Duration::from_secs(secs);
+    let cap_cpu = Cpu::now();
     let cap_answers = closed_loop(&server.base, &qs[50..], slots, dur).await;
     // The estimate as learned at capacity, against which overload must not
     // move it (queueing is not prefill).
     let before = server.prefill().await;
     let capacity = goodput(&cap_answers, dur.as_secs_f64());
     println!(
-        "\n## load: streamed chat against the embedded defaults ({docs} SciFact documents, {slots} llama-server slots, semantic cache off, max_tokens 96, {secs} s a level)"
+        "\n## load: streamed chat against the embedded defaults ({docs} SciFact documents, {slots} llama-server slots, semantic cache off, max_tokens 96, {secs} s a level, a slot waited for at most {} ms)",
+        max_wait.unwrap_or(Config::default().llm.max_queue_wait_ms)
     );
     println!("capacity ({slots} closed-loop clients): {capacity:.3} full answers/s");
     header();
@@ -474,10 +499,13 @@ pub async fn load(data: &SciFact) {
         dur.as_secs_f64(),
     );
     let mut ways = vec![unwritten_by_way("capacity", &cap_answers)];
+    let mut cpu = vec![("capacity".to_owned(), cap_cpu.since())];
     let mut rng = Rng(7);
     for f in factors {
         let rate = f * capacity.max(0.05);
+        let used = Cpu::now();
         let a = open_loop(&server.base, &qs, rate, dur, &mut rng).await;
+        cpu.push((format!("{f}×"), used.since()));
         row(&format!("{f}×"), rate, &a, dur.as_secs_f64());
         ways.push(unwritten_by_way(&format!("{f}×"), &a));
     }
@@ -485,12 +513,75 @@ pub async fn load(data: &SciFact) {
     for w in ways {
         println!("{w}");
     }
+    // Where the two cores went: ragtime's own work (embedding, retrieval,
+    // reranking, the extractive answers of the requests not admitted)
+    // takes cycles from the model.
+    for (name, (own, llama, wall)) in cpu {
+        println!(
+            "- {name}: CPU in ragtime {:.2} cores, in llama-server {:.2} cores (over {:.0} s)",
+            own / wall,
+            llama / wall,
+            wall
+        );
+    }
     let after = server.prefill().await;
     println!(
         "learned prefill at capacity / after the overload levels: {:.0} ms + {:.2} ms a prompt token / {:.0} ms + {:.2} ms a prompt token; reading (from progress) {:.2} / {:.2} ms a token",
         before.0, before.1, after.0, after.1, before.2, after.2
     );
     server.stop().await;
+}
+
+/// CPU seconds used so far by this process (ragtime runs in it) and by
+/// the llama-server it started, and when they were read.
+struct Cpu {
+    own: f64,
+    llama: f64,
+    at: Instant,
+}
+
+impl Cpu {
+    fn now() -> Cpu {
+        let llama = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| {
+                std::fs::read_to_string(e.path().join("comm"))
+                    .is_ok_and(|c| c.trim() == "llama-server")
+            })
+            .map(|e| cpu_seconds(&e.path().join("stat")))
+            .sum();
+        Cpu {
+            own: cpu_seconds(std::path::Path::new("/proc/self/stat")),
+            llama,
+            at: Instant::now(),
+        }
+    }
+
+    /// (ragtime's CPU seconds, llama-server's, wall seconds) since `self`.
+    fn since(&self) -> (f64, f64, f64) {
+        let n = Cpu::now();
+        (
+            n.own - self.own,
+            n.llama - self.llama,
+            n.at.duration_since(self.at).as_secs_f64(),
+        )
+    }
+}
+
+/// utime + stime of a `/proc/…/stat` file, in seconds (100 ticks a
+/// second, Linux's `USER_HZ`).
+fn cpu_seconds(stat: &std::path::Path) -> f64 {
+    let s = std::fs::read_to_string(stat).unwrap_or_default();
+    // Fields after the command name, which is in parentheses.
+    let rest = s.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0.0))
+        .collect();
+    // utime and stime are fields 14 and 15; `rest` starts at field 3.
+    (f.get(11).copied().unwrap_or(0.0) + f.get(12).copied().unwrap_or(0.0)) / 100.0
 }
 
 /// `ragtime-bench prefix`: each of `BENCH_QUESTIONS` SciFact claims asked
@@ -531,27 +622,8 @@ pub async fn prefix(data: &SciFact) {
         for q in &warm {
             let _ = ask_for(&http, &server.base, q, 16).await;
         }
-        let next = Arc::new(AtomicUsize::new(0));
-        let list = Arc::new(asked.clone());
-        let tasks: Vec<_> = (0..clients)
-            .map(|_| {
-                let (next, list, base) = (next.clone(), list.clone(), server.base.clone());
-                tokio::spawn(async move {
-                    let http = reqwest::Client::new();
-                    let mut out = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(q) = list.get(i) else { break };
-                        out.push(ask_for(&http, &base, q, 16).await);
-                    }
-                    out
-                })
-            })
-            .collect();
-        let mut all = Vec::new();
-        for t in tasks {
-            all.extend(t.await.unwrap_or_default());
-        }
+        let list = asked.clone();
+        let all = asking(&server.base, clients, 16, move |i| list.get(i).cloned()).await;
         let ttft: Vec<Duration> = all.iter().filter_map(|a| a.ttft).collect();
         let total: Vec<Duration> = all.iter().map(|a| a.total).collect();
         let partial = all.iter().filter(|a| a.reason.is_some()).count();

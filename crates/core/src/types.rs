@@ -228,6 +228,10 @@ pub struct GenRequest {
     /// sequence already in the text is made less likely the longer that
     /// sequence. Sent only to a backend known to take it.
     pub dry_multiplier: Option<f64>,
+    /// How many of the latest tokens DRY looks back over (llama.cpp's
+    /// `dry_penalty_last_n`). The window holds the prompt too: a window
+    /// over the whole context penalizes quoting the passages.
+    pub dry_last_n: Option<u32>,
     /// W3C trace context to propagate to the backend.
     pub traceparent: Option<String>,
 }

@@ -196,6 +196,9 @@ impl LlmClient {
             body["cache_prompt"] = json!(self.prompt_cache());
             if let Some(d) = req.dry_multiplier.filter(|d| *d > 0.0) {
                 body["dry_multiplier"] = json!(d);
+                if let Some(n) = req.dry_last_n {
+                    body["dry_penalty_last_n"] = json!(n);
+                }
             }
         }
         body
@@ -345,12 +348,18 @@ mod tests {
             top_p: None,
             frequency_penalty: Some(0.5),
             dry_multiplier: Some(0.8),
+            dry_last_n: Some(128),
             traceparent: None,
         };
         let other = LlmClient::new("http://127.0.0.1:9/v1", None);
         let body = other.request_body(&req);
         assert_eq!(body["frequency_penalty"], 0.5);
-        for f in ["return_progress", "cache_prompt", "dry_multiplier"] {
+        for f in [
+            "return_progress",
+            "cache_prompt",
+            "dry_multiplier",
+            "dry_penalty_last_n",
+        ] {
             assert!(
                 body.get(f).is_none(),
                 "{f} sent to an unknown server: {body}"
@@ -363,15 +372,17 @@ mod tests {
             (
                 &body["return_progress"],
                 &body["cache_prompt"],
-                &body["dry_multiplier"]
+                &body["dry_multiplier"],
+                &body["dry_penalty_last_n"]
             ),
-            (&json!(true), &json!(true), &json!(0.8))
+            (&json!(true), &json!(true), &json!(0.8), &json!(128))
         );
         let off = GenRequest {
             dry_multiplier: Some(0.0),
             ..req
         };
-        assert!(llama.request_body(&off).get("dry_multiplier").is_none());
+        let body = llama.request_body(&off);
+        assert!(body.get("dry_multiplier").is_none() && body.get("dry_penalty_last_n").is_none());
         let uncached = LlmClient::new("http://127.0.0.1:9/v1", None).with_prompt_cache(false);
         uncached.learned_llama_cpp(true);
         assert_eq!(uncached.request_body(&off)["cache_prompt"], json!(false));

@@ -81,6 +81,8 @@ pub struct AnswerSettings {
     pub frequency_penalty: f64,
     /// DRY sampling's strength sent to a backend that has it (0: off).
     pub dry_multiplier: f64,
+    /// The tokens DRY looks back over (the prompt's tail and the answer).
+    pub dry_last_n: u32,
     /// `max_tokens` when the client sets none.
     pub max_tokens: u32,
 }
@@ -96,6 +98,10 @@ impl Default for AnswerSettings {
             // frequency_penalty 0.5, SmolLM2's loops fell from 17 of 40
             // answers to 6, and it was right more often (8 → 11).
             dry_multiplier: 0.8,
+            // Measured likewise: DRY over the whole context (llama.cpp's
+            // default) sees every passage in the prompt, and SmolLM2 cut
+            // for looping 8 of 40; over the latest 128 tokens, 1.
+            dry_last_n: 128,
             max_tokens: crate::chat::DEFAULT_MAX_TOKENS,
         }
     }
@@ -654,6 +660,7 @@ impl Pipeline {
             top_p: q.top_p,
             frequency_penalty: q.frequency_penalty.or(Some(answer.frequency_penalty)),
             dry_multiplier: Some(answer.dry_multiplier),
+            dry_last_n: Some(answer.dry_last_n),
             traceparent: q.traceparent,
             priority: self.budgets.priority(tenant.name()),
             answer: q.answer.unwrap_or(answer.mode),

@@ -54,6 +54,11 @@ fn log(l: &Log) -> std::sync::MutexGuard<'_, Attempts> {
     l.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// The prompt's length in characters (its tokens are estimated from it).
+fn prompt_chars(request: &GenRequest) -> usize {
+    request.messages.iter().map(|m| m.content.len()).sum()
+}
+
 /// One backend asked for a first token: admitted (unless `permit` is
 /// already held), called, and read until its first text. `called` learns
 /// when the call went out.
@@ -86,8 +91,7 @@ async fn attempt(
     // time for this prompt (the estimate at arrival is stale). Known for
     // a backend that shows its reading rate; give the slot back at once.
     if !permit.queued.is_zero() && backend.stats.estimates().ms_per_read_token.is_some() {
-        let chars: usize = request.messages.iter().map(|m| m.content.len()).sum();
-        let tokens = backend.stats.estimates().tokens_in(chars) as usize;
+        let tokens = backend.stats.estimates().tokens_in(prompt_chars(&request)) as usize;
         let expected = backend.expected_first_token(tokens);
         if Instant::now() + expected > ask.deadline {
             return Err(StageError::Late(format!(
@@ -269,8 +273,7 @@ async fn first_text(
     deadline: Instant,
 ) -> Result<(TokenStream, String), StageError> {
     let called = Instant::now();
-    let chars: usize = request.messages.iter().map(|m| m.content.len()).sum();
-    let mut own = Own::new(backend.stats.estimates().tokens_in(chars));
+    let mut own = Own::new(backend.stats.estimates().tokens_in(prompt_chars(&request)));
     let reading = backend.prefills.enter(own.total);
     let mut stream = backend.generator.generate(request).await?;
     let late = |own: &Own, now: Instant| -> Result<(), StageError> {
@@ -304,9 +307,12 @@ async fn first_text(
             }
         )))
     };
+    // Once true it stays so (a reading rate, once learned, is kept).
+    let mut watching = false;
     loop {
-        let watching =
-            own.last_event.is_some() || backend.stats.estimates().ms_per_read_token.is_some();
+        watching = watching
+            || own.last_event.is_some()
+            || backend.stats.estimates().ms_per_read_token.is_some();
         let ev = tokio::select! {
             ev = stream.next() => ev,
             () = tokio::time::sleep(RECHECK), if watching => {
@@ -446,8 +452,7 @@ pub(super) async fn first_token(
                 Err(e) if log(j).refused.is_some() => return Err(e),
                 Err(e) => e,
             };
-            let chars = request.messages.iter().map(|m| m.content.len()).sum();
-            let tokens = super::approx_tokens(chars);
+            let tokens = super::approx_tokens(prompt_chars(&request));
             let Some(next) = backends.pick(tokens, &[primary.name()]) else {
                 return Err(failed);
             };

@@ -126,6 +126,7 @@ pub struct ChatInput {
     pub frequency_penalty: Option<f64>,
     /// DRY sampling, where the backend has it ([`GenRequest`]).
     pub dry_multiplier: Option<f64>,
+    pub dry_last_n: Option<u32>,
     pub traceparent: Option<String>,
     /// The tenant's priority in the backends' queues (higher waits less).
     pub priority: u8,
@@ -174,6 +175,7 @@ impl ChatInput {
             top_p: None,
             frequency_penalty: None,
             dry_multiplier: None,
+            dry_last_n: None,
             traceparent: None,
             priority: 0,
             answer: AnswerMode::Generate,
@@ -641,6 +643,7 @@ async fn reply(t: &Turn<'_>, hits: &[Passage], shape: &Shape, out: &mut Output<'
         top_p: input.top_p,
         frequency_penalty: input.frequency_penalty,
         dry_multiplier: input.dry_multiplier,
+        dry_last_n: input.dry_last_n,
         traceparent: input.traceparent.clone(),
     };
     let (first, attempts) =

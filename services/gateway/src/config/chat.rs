@@ -31,6 +31,10 @@ pub struct ChatConfig {
     /// DRY sampling's strength (llama.cpp's `dry_multiplier`, 0 to 5; 0
     /// off), sent only to a backend found to be llama.cpp's server.
     pub dry_multiplier: f64,
+    /// The latest tokens DRY looks back over (llama.cpp's
+    /// `dry_penalty_last_n`, 1 to 32768): the prompt is in them, so a
+    /// window over the whole context penalizes quoting the passages.
+    pub dry_last_n: u32,
     /// `max_tokens` when the client sets none.
     pub max_tokens: u32,
 }
@@ -47,6 +51,7 @@ impl Default for ChatConfig {
             temperature: a.temperature,
             frequency_penalty: a.frequency_penalty,
             dry_multiplier: a.dry_multiplier,
+            dry_last_n: a.dry_last_n,
             max_tokens: a.max_tokens,
         }
     }
@@ -67,6 +72,7 @@ impl ChatConfig {
             temperature: self.temperature,
             frequency_penalty: self.frequency_penalty,
             dry_multiplier: self.dry_multiplier,
+            dry_last_n: self.dry_last_n,
             max_tokens: self.max_tokens,
         }
     }
@@ -85,6 +91,9 @@ impl ChatConfig {
         }
         if !(0.0..=5.0).contains(&self.dry_multiplier) {
             return Err(invalid("chat.dry_multiplier", "must be between 0 and 5"));
+        }
+        if !(1..=32_768).contains(&self.dry_last_n) {
+            return Err(invalid("chat.dry_last_n", "must be between 1 and 32768"));
         }
         if !(1..=32_768).contains(&self.max_tokens) {
             return Err(invalid("chat.max_tokens", "must be between 1 and 32768"));

@@ -93,7 +93,7 @@ fn config_layers_defaults_then_file_then_environment() {
 #[test]
 fn invalid_configuration_fails_at_start_naming_the_key() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let cases: [(&str, &str, &str); 12] = [
+    let cases: [(&str, &str, &str); 13] = [
         ("RAGTIME__BUDGETS__TOTAL_MS", "0", "budgets.total_ms"),
         // The store is SQLite (no database_url): nothing to search in.
         ("RAGTIME__RETRIEVAL__ENGINE", "postgres", "retrieval.engine"),
@@ -109,6 +109,7 @@ fn invalid_configuration_fails_at_start_naming_the_key() {
             "database.read_urls",
         ),
         ("RAGTIME__CHAT__DRY_MULTIPLIER", "9", "chat.dry_multiplier"),
+        ("RAGTIME__CHAT__DRY_LAST_N", "0", "chat.dry_last_n"),
         ("RAGTIME__LLM__BATCH_SIZE", "8", "llm.batch_size"),
         (
             "RAGTIME__LLM__MAX_QUEUE_WAIT_MS",
