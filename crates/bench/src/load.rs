@@ -330,6 +330,11 @@ fn ms(v: Vec<Duration>, p: f64) -> String {
     format!("{:.0}", pct(&mut v, p))
 }
 
+/// "p50 / p95 / p99" of `v` in milliseconds, as the tables print them.
+fn p50_95_99(v: Vec<Duration>) -> String {
+    [50.0, 95.0, 99.0].map(|p| ms(v.clone(), p)).join(" / ")
+}
+
 fn row(name: &str, rate: f64, a: &[Answer], secs: f64) {
     let ok: Vec<&Answer> = a.iter().filter(|x| x.status == 200).collect();
     let mut reasons: BTreeMap<&'static str, usize> = BTreeMap::new();
@@ -367,7 +372,7 @@ fn row(name: &str, rate: f64, a: &[Answer], secs: f64) {
         .collect();
     let missed = reasons.get(Stage::LlmTtft.name()).copied().unwrap_or(0);
     println!(
-        "| {name} | {rate:.2} | {} | {:.2} | {} | {s503} | {other} | {} / {} / {} | {} / {} / {} | {} / {} | {} | {} | {} | {:.1} % |",
+        "| {name} | {rate:.2} | {} | {:.2} | {} | {s503} | {other} | {} | {} | {} / {} | {} | {} | {} | {:.1} % |",
         a.len(),
         goodput(a, secs),
         if reasons.is_empty() {
@@ -379,12 +384,8 @@ fn row(name: &str, rate: f64, a: &[Answer], secs: f64) {
                 .collect::<Vec<_>>()
                 .join(", ")
         },
-        ms(total.clone(), 50.0),
-        ms(total.clone(), 95.0),
-        ms(total, 99.0),
-        ms(ttft.clone(), 50.0),
-        ms(ttft.clone(), 95.0),
-        ms(ttft, 99.0),
+        p50_95_99(total),
+        p50_95_99(ttft),
         ms(first.clone(), 50.0),
         ms(first, 95.0),
         over99.map_or("–".into(), |o| format!("{o:.0}")),
@@ -593,8 +594,10 @@ pub async fn prefix(data: &SciFact) {
     let docs = env_usize("BENCH_DOCS", 500);
     let n = env_usize("BENCH_QUESTIONS", 30);
     let clients = env_usize("BENCH_CLIENTS", 2);
-    let claims: Vec<String> = questions(data, docs).into_iter().take(n).collect();
-    let asked: Vec<String> = claims
+    let qs = questions(data, docs);
+    // Warm the backend's learned speed on other questions.
+    let warm = qs.get(n..).unwrap_or_default();
+    let asked: Vec<String> = qs[..n.min(qs.len())]
         .iter()
         .flat_map(|c| {
             let c = c.trim_end_matches('.');
@@ -616,10 +619,8 @@ pub async fn prefix(data: &SciFact) {
     for on in [true, false, true] {
         let server = Server::start(|c| c.llm.prompt_cache = on).await;
         server.ingest(data, docs).await;
-        // Warm the backend's learned speed on other questions.
-        let warm: Vec<String> = questions(data, docs).into_iter().skip(n).take(8).collect();
         let http = reqwest::Client::new();
-        for q in &warm {
+        for q in warm.iter().take(8) {
             let _ = ask_for(&http, &server.base, q, 16).await;
         }
         let list = asked.clone();
@@ -628,13 +629,11 @@ pub async fn prefix(data: &SciFact) {
         let total: Vec<Duration> = all.iter().map(|a| a.total).collect();
         let partial = all.iter().filter(|a| a.reason.is_some()).count();
         println!(
-            "| {} | {} of {} | {} / {} / {} | {} | {partial} |",
+            "| {} | {} of {} | {} | {} | {partial} |",
             if on { "on" } else { "off" },
             ttft.len(),
             all.len(),
-            ms(ttft.clone(), 50.0),
-            ms(ttft.clone(), 95.0),
-            ms(ttft, 99.0),
+            p50_95_99(ttft),
             ms(total, 50.0),
         );
         server.stop().await;
@@ -771,12 +770,10 @@ pub async fn hedge(data: &SciFact) {
         let total: Vec<Duration> = answers.iter().map(|x| x.total).collect();
         let partial = answers.iter().filter(|x| x.reason.is_some()).count();
         println!(
-            "| {} | {} | {} / {} / {} | {} | {backend} | {:.1} % | {partial} |",
+            "| {} | {} | {} | {} | {backend} | {:.1} % | {partial} |",
             if on { "on" } else { "off" },
             answers.len(),
-            ms(ttft.clone(), 50.0),
-            ms(ttft.clone(), 95.0),
-            ms(ttft, 99.0),
+            p50_95_99(ttft),
             ms(total, 99.0),
             100.0 * (backend as f64 - answers.len() as f64) / answers.len().max(1) as f64,
         );

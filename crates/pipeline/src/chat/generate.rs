@@ -90,8 +90,9 @@ async fn attempt(
     // A slot that came after a wait: what is being read now may leave no
     // time for this prompt (the estimate at arrival is stale). Known for
     // a backend that shows its reading rate; give the slot back at once.
-    if !permit.queued.is_zero() && backend.stats.estimates().ms_per_read_token.is_some() {
-        let tokens = backend.stats.estimates().tokens_in(prompt_chars(&request)) as usize;
+    let estimates = backend.stats.estimates();
+    if !permit.queued.is_zero() && estimates.ms_per_read_token.is_some() {
+        let tokens = estimates.tokens_in(prompt_chars(&request)) as usize;
         let expected = backend.expected_first_token(tokens);
         if Instant::now() + expected > ask.deadline {
             return Err(StageError::Late(format!(
