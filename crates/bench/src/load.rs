@@ -149,6 +149,8 @@ struct Answer {
     over_budget_ms: f64,
     /// The `llm_ttft` stage's note, when the answer was not the model's.
     ttft_detail: Option<String>,
+    /// Every stage that did not end `ok`, with its note.
+    not_ok: Vec<String>,
 }
 
 /// One streamed chat request, read to its end.
@@ -169,6 +171,7 @@ async fn ask_for(http: &reqwest::Client, base: &str, q: &str, max_tokens: u32) -
         total: Duration::ZERO,
         over_budget_ms: 0.0,
         ttft_detail: None,
+        not_ok: Vec::new(),
     };
     let r = match http
         .post(format!("{base}/v1/chat/completions"))
@@ -207,13 +210,21 @@ async fn ask_for(http: &reqwest::Client, base: &str, q: &str, max_tokens: u32) -
                 .as_str()
                 .and_then(PartialReason::from_name);
             budget_ms = v["budget"]["total_ms"].as_f64().unwrap_or(0.0);
-            a.ttft_detail = v["budget"]["stages"]
+            let stages = v["budget"]["stages"]
                 .as_array()
-                .into_iter()
-                .flatten()
-                .find(|s| s["stage"] == Stage::LlmTtft.name() && s["outcome"] != "ok")
+                .map_or(&[][..], Vec::as_slice);
+            let not_ok = stages.iter().filter(|s| s["outcome"] != "ok");
+            a.ttft_detail = not_ok
+                .clone()
+                .find(|s| s["stage"] == Stage::LlmTtft.name())
                 .and_then(|s| s["detail"].as_str())
                 .map(str::to_owned);
+            a.not_ok = not_ok
+                .map(|s| {
+                    let name = |k: &str| s[k].as_str().unwrap_or_default().to_owned();
+                    format!("{}: {}", name("stage"), name("detail"))
+                })
+                .collect();
         }
     }
     a.total = t0.elapsed();
@@ -400,10 +411,15 @@ fn row(name: &str, rate: f64, a: &[Answer], secs: f64) {
 /// come in time (or the longest wait passed), cut early on a predicted
 /// late first token (the backend's prompt progress, or the prompts being
 /// read when a slot came after a wait), or waited out to the deadline.
+/// With `BENCH_SHOW`, each one's note, and each `llm_error` answer's
+/// stages that did not end ok.
 fn unwritten_by_way(name: &str, a: &[Answer]) -> String {
     let mut ways: BTreeMap<&'static str, Vec<Duration>> = BTreeMap::new();
     for x in a.iter().filter(|x| x.status == 200) {
         let Some(r) = &x.reason else { continue };
+        if *r == PartialReason::LlmError && std::env::var_os("BENCH_SHOW").is_some() {
+            eprintln!("{name}: llm_error: {}", x.not_ok.join("; "));
+        }
         if !matches!(
             r,
             PartialReason::Overload | PartialReason::Stage(Stage::LlmTtft)

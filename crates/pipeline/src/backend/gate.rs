@@ -9,19 +9,26 @@
 //! the number of slots (Little's law), and if that plus
 //! the expected time to first token passes its first-token deadline, it is
 //! [`Refusal::Shed`] at once, so the caller answers without the LLM in
-//! milliseconds instead of waiting the whole allotment for nothing. Past
-//! the hard queue limit it is [`Refusal::Full`], with the time the queue
-//! needs to drain.
+//! milliseconds instead of waiting the whole allotment for nothing (with a
+//! longest wait, see below, the guess only counts past the first `slots`
+//! waiters). Past the hard queue limit it is [`Refusal::Full`], with the
+//! time the queue needs to drain. A queued request stops waiting when a
+//! slot could no longer give it its first token in time.
 //!
 //! A request waits for a slot at most the gate's `max_wait`, then gives up
-//! (the caller answers without the LLM); one expected to wait more than
-//! twice that is shed at once. (The expected wait is rough — how long the
-//! requests holding slots have left is a guess from their average — and a
-//! slot often comes sooner: one shed at once on a guess of a little over
-//! `max_wait` would have left it idle.) Whoever will not get the model's
-//! answer should learn it within a second or so, not when the first-token
-//! allotment runs out; a short wait still keeps a slot that comes free
-//! busy.
+//! (the caller answers without the LLM). With fewer requests waiting ahead
+//! of it than there are slots it waits (unless even a slot now would leave
+//! no time for its first token, or the queue is full): the expected wait
+//! is rough —
+//! how long the requests holding slots have left is a guess from their
+//! average, and answers vary in length — and a slot often comes sooner
+//! than guessed; a request shed on the guess would have left it idle
+//! until the next arrival. With as many ahead as slots or more, one
+//! expected to wait more than twice `max_wait` is shed at once (a slot
+//! comes free at most once in a wait much shorter than a holding time).
+//! Whoever will not get the model's answer should learn it within a
+//! second or so, not when the first-token allotment runs out; a short wait
+//! still keeps a slot that comes free busy.
 
 use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -44,7 +51,8 @@ pub struct Ask {
 /// Why a request was not admitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
-    /// Waiting would leave no room for the first token.
+    /// Waiting cannot pay off: a first token would come too late, or the
+    /// slot later than the longest wait.
     Shed { expected_wait: Duration },
     /// The queue is at its hard limit; it drains in about `drain`.
     Full { drain: Duration },
@@ -75,7 +83,7 @@ impl std::fmt::Display for Refusal {
         match self {
             Refusal::Shed { expected_wait } => write!(
                 f,
-                "shed: an expected wait of {} ms for a slot leaves no time for the first token",
+                "shed: waiting cannot pay off (a slot expected in {} ms)",
                 ms(expected_wait)
             ),
             Refusal::Full { drain } => {
@@ -311,8 +319,22 @@ impl Gate {
             .filter(|w| !w.tx.is_closed() && (w.priority, std::cmp::Reverse(w.deadline)) >= me)
             .count();
         let expected_wait = state.wait_behind(ahead);
-        if now + expected_wait + ask.expected_ttft > ask.deadline
-            || self.max_wait.is_some_and(|m| expected_wait > m * 2)
+        // With a longest wait and fewer waiters ahead than slots, a slot
+        // may well come within the wait, whatever the guess says: it
+        // waits, and only a first token that could not fit even with a
+        // slot now sheds it. (How long a holder has left is a guess from
+        // the average holding time and answers vary in length: shedding on
+        // the guess left a slot that came early idle until the next
+        // arrival — at twice capacity the backend worked 75 % of the time.
+        // The wait costs a request that gets no slot at most `max_wait`.)
+        let may_come = self.max_wait.is_some() && ahead < state.slots;
+        let counted = if may_come {
+            Duration::ZERO
+        } else {
+            expected_wait
+        };
+        if now + counted + ask.expected_ttft > ask.deadline
+            || (!may_come && self.max_wait.is_some_and(|m| expected_wait > m * 2))
         {
             return Err(Refusal::Shed { expected_wait });
         }
@@ -340,9 +362,14 @@ impl Gate {
             return Ok(p);
         }
         let start = Instant::now();
-        let give_up = self
-            .max_wait
-            .map_or(ask.deadline, |m| ask.deadline.min(start + m));
+        // The last moment a slot still gives the first token its time.
+        let room = ask
+            .deadline
+            .checked_sub(ask.expected_ttft)
+            .unwrap_or(start)
+            .max(start);
+        let longest = self.max_wait.map(|m| start + m).filter(|&l| l < room);
+        let give_up = longest.unwrap_or(room);
         let mut rx = {
             let mut g = lock(&self.inner);
             if let Err(r) = self.decide(&g, &ask, start) {
@@ -376,7 +403,7 @@ impl Gate {
                 }
                 self.counts.timed_out.fetch_add(1, Ordering::Relaxed);
                 let waited = start.elapsed();
-                Err(if give_up < ask.deadline {
+                Err(if longest.is_some() {
                     Refusal::GaveUp { waited }
                 } else {
                     Refusal::Timeout { waited }
@@ -497,37 +524,106 @@ mod tests {
         assert!(matches!(queued.await, Ok(Err(Refusal::Timeout { .. }))));
     }
 
-    /// With a longest wait, a request expected to wait more than twice as
-    /// long is shed at once however long its deadline, and one queued
-    /// gives up when the wait runs out, not at its deadline.
+    /// With a longest wait, a request with as many waiting ahead as there
+    /// are slots and expected to wait more than twice as long is shed at
+    /// once however long its deadline, and one queued gives up when the
+    /// wait runs out, not at its deadline.
     #[tokio::test(start_paused = true)]
     async fn no_request_waits_longer_than_the_longest_wait() {
         let gate = Gate::with_max_wait(2, 8, Duration::from_secs(1), Some(400 * MS));
         let (_a, _b) = (gate.try_admit(), gate.try_admit());
         tokio::time::sleep(500 * MS).await;
-        // Nobody ahead: 0.5 s expected, within twice 400 ms.
         let t0 = Instant::now();
-        let g = gate.clone();
-        let queued = tokio::spawn(async move { g.admit(ask(60_000, 0)).await.map(|p| p.queued) });
-        tokio::task::yield_now().await;
-        assert_eq!(gate.state().queued, 1);
-        // One ahead: 1 s expected, past twice 400 ms: shed, deadline or
-        // not.
+        // Nobody ahead, then one: fewer than the two slots, so both wait.
+        let mut queued = Vec::new();
+        for _ in 0..2 {
+            let g = gate.clone();
+            queued.push(tokio::spawn(async move {
+                g.admit(ask(60_000, 0)).await.map(|p| p.queued)
+            }));
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(gate.state().queued, 2);
+        // Two ahead: 0.5 s + two holding times over two slots, 1.5 s,
+        // past twice 400 ms: shed, deadline or not.
         let shed = gate.admit(ask(60_000, 0)).await;
         assert_eq!(
             shed.err(),
             Some(Refusal::Shed {
-                expected_wait: Duration::from_secs(1)
+                expected_wait: 1500 * MS
             })
         );
         assert_eq!(t0.elapsed(), Duration::ZERO);
-        // No slot frees: it gives up after 400 ms, not 60 s.
-        assert_eq!(
-            queued.await.ok(),
-            Some(Err(Refusal::GaveUp { waited: 400 * MS }))
-        );
+        // No slot frees: each gives up after 400 ms, not 60 s.
+        for q in queued {
+            assert_eq!(
+                q.await.ok(),
+                Some(Err(Refusal::GaveUp { waited: 400 * MS }))
+            );
+        }
         assert_eq!(t0.elapsed(), 400 * MS);
         assert_eq!(gate.state().queued, 0);
+    }
+
+    /// A slot that comes sooner than the average holding time predicts
+    /// finds the request that arrived just before waiting for it: with
+    /// nobody ahead it is not shed on the guess. Only a first token that
+    /// would not fit even with a slot at once sheds it.
+    #[tokio::test(start_paused = true)]
+    async fn a_slot_that_comes_early_finds_a_waiter() {
+        let gate = Gate::with_max_wait(2, 8, Duration::from_secs(4), Some(400 * MS));
+        let (a, _b) = (gate.try_admit(), gate.try_admit());
+        tokio::time::sleep(500 * MS).await;
+        // Expected: 3.5 s for the soonest slot, far past twice 400 ms.
+        assert_eq!(gate.state().next_free, Some(3500 * MS));
+        // A first token expected in 2 s misses a 1 s deadline even now.
+        let hopeless = Ask {
+            expected_ttft: Duration::from_secs(2),
+            ..ask(1_000, 0)
+        };
+        assert!(matches!(
+            gate.admit(hopeless).await,
+            Err(Refusal::Shed { .. })
+        ));
+        // One that fits (3.5 s + 10 ms would not fit 1 s, a slot now
+        // would) waits, and gets the slot that came early.
+        let g = gate.clone();
+        let waiter = tokio::spawn(async move { g.admit(ask(1_000, 0)).await.map(|p| p.queued) });
+        tokio::time::sleep(150 * MS).await;
+        drop(a);
+        assert_eq!(waiter.await.ok(), Some(Ok(150 * MS)));
+        assert_eq!(gate.counts.shed.load(Ordering::Relaxed), 1);
+    }
+
+    /// With a slot that may come, a request still stops waiting as soon as
+    /// a slot could no longer give it its first token in time (before its
+    /// deadline and before the longest wait), and a full queue still
+    /// refuses it.
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_stops_when_a_slot_could_no_longer_serve_it() {
+        let gate = Gate::with_max_wait(2, 1, Duration::from_secs(4), Some(400 * MS));
+        let (_a, _b) = (gate.try_admit(), gate.try_admit());
+        // First token due within 300 ms, expected to take 100 ms: a slot
+        // after 200 ms is of no use to it.
+        let tight = Ask {
+            expected_ttft: 100 * MS,
+            ..ask(300, 0)
+        };
+        let t0 = Instant::now();
+        let g = gate.clone();
+        let waiter = tokio::spawn(async move { g.admit(tight).await.map(|p| p.queued) });
+        tokio::task::yield_now().await;
+        // One waits and the queue holds one: the next is refused, though
+        // one ahead is fewer than the two slots.
+        assert!(matches!(
+            gate.admit(ask(60_000, 0)).await,
+            Err(Refusal::Full { .. })
+        ));
+        assert_eq!(
+            waiter.await.ok(),
+            Some(Err(Refusal::Timeout { waited: 200 * MS }))
+        );
+        assert_eq!(t0.elapsed(), 200 * MS);
     }
 
     /// The soonest slot to come free is the longest-held one's: the
