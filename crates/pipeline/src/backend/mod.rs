@@ -221,6 +221,9 @@ pub struct BackendStatus {
     pub busy: usize,
     pub queued: usize,
     pub service_ms: f64,
+    /// How far holding times stray from `service_ms` (mean absolute
+    /// deviation).
+    pub service_spread_ms: f64,
     pub ttft_p95_ms: Option<f64>,
     /// What it has shown of its speed: time to first token ≈
     /// `ttft_base_ms` + `ms_per_prompt_token` × prompt tokens.
@@ -390,6 +393,7 @@ impl Backends {
                     busy: g.busy,
                     queued: g.queued,
                     service_ms: g.service.as_secs_f64() * 1000.0,
+                    service_spread_ms: g.spread.as_secs_f64() * 1000.0,
                     ttft_p95_ms: b.p95_ttft().map(|d| d.as_secs_f64() * 1000.0),
                     admitted: c.admitted.load(Ordering::Relaxed),
                     shed: c.shed.load(Ordering::Relaxed),

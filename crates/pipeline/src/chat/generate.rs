@@ -95,15 +95,18 @@ async fn attempt(
         let tokens = estimates.tokens_in(prompt_chars(&request)) as usize;
         let expected = backend.expected_first_token(tokens);
         if Instant::now() + expected > ask.deadline {
+            let queued = permit.queued;
+            permit.unused();
             return Err(StageError::Late(format!(
                 "first token predicted after {} ms, past the budget: a slot came after {} ms, behind {:.0} tokens of prompts being read",
                 expected.as_millis(),
-                permit.queued.as_millis(),
+                queued.as_millis(),
                 backend.prefills.backlog()
             )));
         }
     }
     if !backend.breaker.allow() {
+        permit.unused();
         return Err(StageError::Backend(format!(
             "{}: breaker open",
             backend.name()
