@@ -99,8 +99,10 @@ impl Default for AnswerSettings {
             // answers to 6, and it was right more often (8 → 11).
             dry_multiplier: 0.8,
             // Measured likewise: DRY over the whole context (llama.cpp's
-            // default) sees every passage in the prompt, and SmolLM2 cut
-            // for looping 8 of 40; over the latest 128 tokens, 1.
+            // default) sees every passage in the prompt; SmolLM2 was cut
+            // for looping 8 and 9 times in 40 in two runs and 0–2 in four
+            // later ones, over the latest 128 tokens 1–2, with as many
+            // right answers (docs/answers.md).
             dry_last_n: 128,
             max_tokens: crate::chat::DEFAULT_MAX_TOKENS,
         }

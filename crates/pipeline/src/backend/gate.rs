@@ -18,10 +18,9 @@
 //! A request waits for a slot at most the gate's `max_wait`, then gives up
 //! (the caller answers without the LLM); one expected to wait more than
 //! twice that is shed at once, unless the spread below says otherwise.
-//! Whoever will not get the model's answer
-//! should learn it within a second or so, not when the first-token
-//! allotment runs out; a short wait still keeps a slot that comes free
-//! busy. The expected wait is a guess — how long the requests holding
+//! Whoever will not get the model's answer should learn it within a
+//! second or so, not when the first-token allotment runs out; a short
+//! wait still keeps a slot that comes free busy. The expected wait is a guess — how long the requests holding
 //! slots have left is read from their average, and answers vary in length
 //! — and a slot often comes sooner: a request shed on the guess leaves it
 //! idle until the next arrival. So with a `max_wait` and fewer requests
@@ -348,12 +347,11 @@ impl Gate {
         // holder has left is a guess from the average holding time, and
         // holding times stray from it (answers vary in length). Shedding
         // on the guess left a slot that came early idle until the next
-        // arrival (at twice capacity, goodput 73–96 % of capacity against
-        // 88–104 % now). So the guess counts less twice the spread the holding
-        // times have shown: within the wait, it waits (at most
-        // `max_wait`), and only a first token that could not fit with a
-        // slot by then sheds it. Before any spread is seen the guess
-        // stands.
+        // arrival (docs/benchmarks.md, "Under load"). So the guess counts
+        // less twice the spread the holding times have shown: within the
+        // wait, it waits (at most `max_wait`), and only a first token
+        // that could not fit with a slot by then sheds it. Before any
+        // spread is seen the guess stands.
         let early = expected_wait.saturating_sub(state.spread * 2);
         let may_come = self
             .max_wait
