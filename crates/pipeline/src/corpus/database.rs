@@ -23,11 +23,39 @@ use ragtime_core::{Cancel, Chunk, DocHit, Filter, FusionParams, Hit, Retriever, 
 use ragtime_retrieve::in_document_score;
 use ragtime_store::{FoundChunk, SearchLimits, Store, StoreError};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// HNSW candidates a dense search keeps at least (`hnsw.ef_search`).
 pub const DEFAULT_EF_SEARCH: usize = 100;
+
+/// Chunks in the database up to which a dense search keeps the configured
+/// `ef_search`; past it the candidate list grows as a power of the count
+/// ([`ef_search_for`]).
+pub const EF_REFERENCE_CHUNKS: usize = 100_000;
+/// The power the candidate list grows by past [`EF_REFERENCE_CHUNKS`].
+pub const EF_GROWTH: f64 = 0.6;
+/// pgvector's bound on `hnsw.ef_search`.
+const EF_SEARCH_MAX: usize = 1000;
+
+/// `hnsw.ef_search` for a dense search of `k` chunks, with `configured`
+/// the least (`retrieval.ef_search`) and `chunks` the vectors in the
+/// database — pgvector's one graph holds every collection's. A walk
+/// that keeps a fixed list finds fewer of the true nearest as the graph
+/// grows, as the in-memory engine's does (`DenseParams::ef_for`), so the
+/// list grows with it: measured by `ragtime-bench pgscale` (recall@10
+/// against an exact scan, docs/scaling.md), 100 keeps ≥ 0.99 at 110k
+/// chunks and falls short at 1M, where the grown list (398) reaches it.
+pub fn ef_search_for(configured: usize, k: usize, chunks: usize) -> usize {
+    let ratio = chunks as f64 / EF_REFERENCE_CHUNKS as f64;
+    let grown = if ratio > 1.0 {
+        (configured as f64 * ratio.powf(EF_GROWTH)).round() as usize
+    } else {
+        configured
+    };
+    grown.max(configured).max(k).clamp(1, EF_SEARCH_MAX)
+}
 
 /// How the database engine's rankings fuse: its lexical scores are
 /// another BM25's (or `ts_rank`'s), so its fusion is chosen by its own
@@ -44,6 +72,9 @@ pub struct Database {
     /// its own in the log, but says where the corpus version is).
     replica: String,
     ef_search: usize,
+    /// Chunks in the database (every collection's: they share the
+    /// graph), as of the last start or follow.
+    chunks: AtomicUsize,
 }
 
 impl Database {
@@ -52,7 +83,15 @@ impl Database {
             shared,
             replica: format!("db-{}", uuid::Uuid::new_v4().simple()),
             ef_search,
+            chunks: AtomicUsize::new(0),
         }
+    }
+
+    async fn count_chunks(&self) -> Result<usize, CorpusError> {
+        let usage = self.shared.store.total_usage().await?;
+        let chunks = usize::try_from(usage.chunks).unwrap_or(0);
+        self.chunks.store(chunks, Ordering::Relaxed);
+        Ok(chunks)
     }
 }
 
@@ -60,8 +99,7 @@ impl Database {
 impl IndexEngine for Database {
     async fn start(&self) -> Result<usize, CorpusError> {
         self.follow().await?;
-        let usage = self.shared.store.total_usage().await?;
-        Ok(usize::try_from(usage.chunks).unwrap_or(0))
+        self.count_chunks().await
     }
 
     async fn retriever(
@@ -77,7 +115,7 @@ impl IndexEngine for Database {
         let retriever = DatabaseRetriever {
             store: self.shared.store.clone(),
             collection: id,
-            ef_search: self.ef_search,
+            ef_search: ef_search_for(self.ef_search, 0, self.chunks.load(Ordering::Relaxed)),
             found: Mutex::default(),
         };
         Ok((Arc::new(retriever), None))
@@ -99,6 +137,9 @@ impl IndexEngine for Database {
         let before = self.shared.version();
         let now = self.shared.store.corpus_version().await?;
         self.shared.advance(now);
+        if now != before {
+            self.count_chunks().await?;
+        }
         Ok(usize::try_from(now - before).unwrap_or(0))
     }
 
@@ -311,6 +352,25 @@ fn pick_passages(chunks: &[FoundChunk], vector: bool, top: f32, per_document: us
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_candidate_list_grows_with_the_database_and_stays_within_pgvectors_bound() {
+        // Up to the reference size the configured list is kept.
+        assert_eq!(ef_search_for(100, 10, 0), 100);
+        assert_eq!(ef_search_for(100, 10, EF_REFERENCE_CHUNKS), 100);
+        // Past it, it grows as the size's power: 10× the chunks, 10^0.6×.
+        assert_eq!(ef_search_for(100, 10, 10 * EF_REFERENCE_CHUNKS), 398);
+        let (a, b) = (
+            ef_search_for(100, 10, 300_000),
+            ef_search_for(100, 10, 600_000),
+        );
+        assert!(100 < a && a < b && b < 398, "{a} {b}");
+        // Never past pgvector's bound, never under k or the configured list.
+        assert_eq!(ef_search_for(100, 10, 1_000 * EF_REFERENCE_CHUNKS), 1000);
+        assert_eq!(ef_search_for(100, 500, 0), 500);
+        assert_eq!(ef_search_for(700, 10, 2 * EF_REFERENCE_CHUNKS), 1000);
+        assert_eq!(ef_search_for(40, 10, 0), 40);
+    }
 
     fn chunk(id: i64, similarity: f32, rank: f32) -> FoundChunk {
         FoundChunk {

@@ -24,6 +24,8 @@ pub struct RetrievalConfig {
     pub engine: Engine,
     /// `postgres` engine: HNSW candidates a dense search keeps at least
     /// (`hnsw.ef_search`; more finds more of the true nearest, slower).
+    /// Past 100,000 chunks in the database the list grows with their
+    /// count, to at most 1000.
     pub ef_search: usize,
 }
 
