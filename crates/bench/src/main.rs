@@ -38,7 +38,7 @@
 //!   it on the next run (`scifact`, `fusion`, `rerank` without re-embedding).
 //! - `BENCH_ENGINE=postgres` with `BENCH_DATABASE_URL=postgres://…` (a
 //!   database with pgvector) stores and searches SciFact inside PostgreSQL
-//!   (`scifact`, `rerank`); `BENCH_EF_SEARCH` sets its `hnsw.ef_search`.
+//!   (`scifact`, `rerank`); `BENCH_EF_SEARCH` sets its least `hnsw.ef_search`.
 //!
 //! - `scifact`: ingests the BEIR SciFact corpus (`../shared/data/scifact`,
 //!   or `RAGTIME_SCIFACT`), reports ingest throughput, and nDCG@10 on the

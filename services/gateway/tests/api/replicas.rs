@@ -92,6 +92,20 @@ async fn needs_pgvector_replicas_searching_in_the_database_see_a_write_once_it_r
     ]}))
     .await;
     assert_eq!(find_ids(&b, "ATP", "lexical", Value::Null).await, ["mito"]);
+    // Both count the database's chunks, the writer too (its own write
+    // moved the corpus version before its follow saw it): the count sizes
+    // the HNSW list (`ef_search_for`).
+    for (who, app) in [("writer", &a), ("other", &b)] {
+        let t = Instant::now();
+        loop {
+            let ready: Value = app.get("/readyz").await.json().await.expect("json");
+            if ready["checks"]["embed"]["chunks_indexed"] == 2 {
+                break;
+            }
+            assert!(t.elapsed() < Duration::from_secs(10), "{who}: {ready}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
     let dense = find_ids(&b, "Which organelle powers the cell?", "dense", Value::Null).await;
     assert_eq!(dense.first().map(String::as_str), Some("mito"), "{dense:?}");
     let filtered = find_ids(
