@@ -277,7 +277,17 @@ impl Application {
         {
             tracing::warn!(error = %e, "could not take this replica off the change log's list");
         }
-        self.state.store.close().await;
+        // Closing waits for every connection to come back, and the
+        // change-log listener (`follow_store`) holds one for the process's
+        // life: bounded, so that a stop never hangs on it.
+        if tokio::time::timeout(STORE_CLOSE_WAIT, self.state.store.close())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "the store's connections were still held after {STORE_CLOSE_WAIT:?}; stopping without them"
+            );
+        }
         tracing::info!("ragtime stopped");
         Ok(())
     }
@@ -320,6 +330,9 @@ async fn shutdown_signal() {
         () = term => {},
     }
 }
+
+/// How long a stop waits for the store's connections to close.
+const STORE_CLOSE_WAIT: Duration = Duration::from_secs(2);
 
 /// How often the indexes look for changes other processes made.
 const FOLLOW_EVERY: Duration = Duration::from_millis(500);
