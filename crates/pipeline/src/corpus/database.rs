@@ -35,7 +35,7 @@ pub const DEFAULT_EF_SEARCH: usize = 100;
 /// ([`ef_search_for`]).
 pub const EF_REFERENCE_CHUNKS: usize = 100_000;
 /// The power the candidate list grows by past [`EF_REFERENCE_CHUNKS`].
-pub const EF_GROWTH: f64 = 0.6;
+pub const EF_GROWTH: f32 = 0.6;
 /// pgvector's bound on `hnsw.ef_search`.
 const EF_SEARCH_MAX: usize = 1000;
 
@@ -49,13 +49,14 @@ const EF_SEARCH_MAX: usize = 1000;
 /// docs/scaling.md): at 1M chunks a fixed 100 finds 0.87 of the ten,
 /// 400 finds 0.95.
 pub fn ef_search_for(configured: usize, k: usize, chunks: usize) -> usize {
-    let ratio = chunks as f64 / EF_REFERENCE_CHUNKS as f64;
-    let grown = if ratio > 1.0 {
-        (configured as f64 * ratio.powf(EF_GROWTH)).round() as usize
-    } else {
-        configured
+    let growth = ragtime_retrieve::DenseParams {
+        ef_search: configured,
+        ef_reference: EF_REFERENCE_CHUNKS,
+        ef_growth: EF_GROWTH,
+        ef_max: EF_SEARCH_MAX,
+        ..ragtime_retrieve::DenseParams::default()
     };
-    grown.max(configured).max(k).clamp(1, EF_SEARCH_MAX)
+    growth.ef_for(chunks).max(k).clamp(1, EF_SEARCH_MAX)
 }
 
 /// How the database engine's rankings fuse: its lexical scores are
@@ -91,11 +92,11 @@ impl Database {
         }
     }
 
-    async fn count_chunks(&self) -> Result<usize, CorpusError> {
+    async fn count_chunks(&self) -> Result<(), CorpusError> {
         let usage = self.shared.store.total_usage().await?;
         let chunks = usize::try_from(usage.chunks).unwrap_or(0);
         self.chunks.store(chunks, Ordering::Relaxed);
-        Ok(chunks)
+        Ok(())
     }
 }
 
@@ -148,7 +149,7 @@ impl IndexEngine for Database {
         // setting).
         if self.counted_at.load(Ordering::Relaxed) != now {
             match self.count_chunks().await {
-                Ok(_) => self.counted_at.store(now, Ordering::Relaxed),
+                Ok(()) => self.counted_at.store(now, Ordering::Relaxed),
                 Err(e) => {
                     tracing::warn!(error = %e, "counting the database's chunks failed; the HNSW list keeps its size")
                 }
