@@ -17,15 +17,13 @@
 use crate::env_usize;
 use crate::stats::pct;
 use ragtime_core::Filter;
-use ragtime_pipeline::corpus::{DEFAULT_EF_SEARCH, ef_search_for};
+use ragtime_pipeline::corpus::{DEFAULT_EF_SEARCH, database_limits, ef_search_for};
+use ragtime_store::search::HNSW_BUILD;
 use ragtime_store::{SearchLimits, Store};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const LIMITS: SearchLimits = SearchLimits {
-    timeout: Some(Duration::from_secs(30)),
-    ef_search: DEFAULT_EF_SEARCH,
-};
+const TIMEOUT: Option<Duration> = Some(Duration::from_secs(30));
 
 pub async fn pg_scale() {
     let url = std::env::var("BENCH_DATABASE_URL")
@@ -69,10 +67,7 @@ pub async fn pg_scale() {
     // every collection holds: they share one graph).
     let total = store.total_usage().await.expect("usage").chunks;
     let engine_ef = ef_search_for(DEFAULT_EF_SEARCH, 0, usize::try_from(total).unwrap_or(0));
-    let limits = SearchLimits {
-        ef_search: engine_ef,
-        ..LIMITS
-    };
+    let limits = database_limits(engine_ef, 10, &Filter::All, TIMEOUT);
     println!(
         "\n## the database engine at {chunks} chunks ({docs} documents, collection {name}; ef_search {engine_ef} for the {total} chunks in the database)"
     );
@@ -90,14 +85,31 @@ pub async fn pg_scale() {
         ("unfiltered", serde_json::Value::Null),
         ("10 % filter", serde_json::json!({"bucket": {"$lt": 10}})),
         ("1 % filter", serde_json::json!({"bucket": 3})),
+        (
+            "1 % range filter",
+            serde_json::json!({"bucket": {"$gte": 99}}),
+        ),
     ];
     // ef_search chosen by measured recall and latency: each value's recall
-    // against an exact scan and its dense latency at four clients.
-    let efs: Vec<usize> = std::env::var("BENCH_EF_SEARCHES")
-        .unwrap_or_else(|_| engine_ef.to_string())
-        .split(',')
-        .map(|e| e.trim().parse().expect("BENCH_EF_SEARCHES: numbers"))
-        .collect();
+    // against an exact scan and its dense latency at four clients. `None`:
+    // the engine's own limits for each filter.
+    let efs: Vec<Option<usize>> = match std::env::var("BENCH_EF_SEARCHES") {
+        Ok(list) => list
+            .split(',')
+            .map(|e| Some(e.trim().parse().expect("BENCH_EF_SEARCHES: numbers")))
+            .collect(),
+        Err(_) => vec![None],
+    };
+    // The engine's limits for `filter`, or the swept list (and no exact
+    // ranking unless BENCH_EXACT_BELOW asks for it).
+    let limits_for = |ef: Option<usize>, filter: &Filter| match ef {
+        None => database_limits(engine_ef, 10, filter, TIMEOUT),
+        Some(ef) => SearchLimits {
+            ef_search: ef,
+            exact_below: env_usize("BENCH_EXACT_BELOW", 0),
+            ..limits
+        },
+    };
     let store = Arc::new(store);
     let queries = Arc::new(queries);
     let all = AllVectors::load(&pool, big).await;
@@ -105,8 +117,10 @@ pub async fn pg_scale() {
     for (_, f) in &filters {
         let pass: Box<dyn Fn(i32) -> bool> = if f.is_null() {
             Box::new(|_| true)
-        } else if f["bucket"].is_object() {
+        } else if f["bucket"]["$lt"].is_number() {
             Box::new(|b| b < 10)
+        } else if f["bucket"]["$gte"].is_number() {
+            Box::new(|b| b >= 99)
         } else {
             Box::new(|b| b == 3)
         };
@@ -119,12 +133,19 @@ pub async fn pg_scale() {
     }
     drop(all);
     for &ef in &efs {
-        let limits = SearchLimits {
-            ef_search: ef,
-            ..limits
-        };
+        let setting = ef.map_or_else(
+            || {
+                format!(
+                    "the engine's limits (ef_search {engine_ef}, filtered 1000, exact below {})",
+                    limits.exact_below
+                )
+            },
+            |ef| format!("ef_search {ef}"),
+        );
         for ((label, f), exact) in filters.iter().zip(&exact) {
             let filter = Filter::parse(f, "filter").expect("filter");
+            let limits = limits_for(ef, &filter);
+            let t = Instant::now();
             let (mut strict, mut tolerant) = (0.0, 0.0);
             for (q, exact) in queries.iter().zip(exact) {
                 let found = store
@@ -137,23 +158,26 @@ pub async fn pg_scale() {
             }
             let n = queries.len() as f64;
             println!(
-                "ef_search {ef}: dense recall@10 against an exact scan, {label}: {:.3} by id, {:.3} within 1e-3 of the tenth distance",
+                "{setting}: dense recall@10 against an exact scan, {label}: {:.3} by id, {:.3} within 1e-3 of the tenth distance ({:.1} ms a query, 1 client)",
                 strict / n,
-                tolerant / n
+                tolerant / n,
+                t.elapsed().as_secs_f64() * 1000.0 / n
             );
         }
         if efs.len() > 1 {
             let all = Arc::new(Filter::All);
+            let limits = limits_for(ef, &Filter::All);
             let (mut times, qps) = dense_latency(&store, &queries, big, &all, 4, limits).await;
             println!(
-                "ef_search {ef}: dense, unfiltered, 4 clients: p50 {:.1} ms  p99 {:.1} ms  {qps:.0} queries/s",
+                "{setting}: dense, unfiltered, 4 clients: p50 {:.1} ms  p99 {:.1} ms  {qps:.0} queries/s",
                 pct(&mut times, 50.0),
                 pct(&mut times, 99.0)
             );
         }
     }
-    for (label, f) in [&filters[0], &filters[2]] {
+    for (label, f) in &filters {
         let filter = Arc::new(Filter::parse(f, "filter").expect("filter"));
+        let limits = database_limits(engine_ef, 10, &filter, TIMEOUT);
         for clients in [1, 4] {
             let (mut times, qps) =
                 dense_latency(&store, &queries, big, &filter, clients, limits).await;
@@ -262,14 +286,14 @@ async fn make_copies(
         .execute(&mut *conn)
         .await
         .expect("set");
-    sqlx::query(
-        "CREATE INDEX chunks_dense_hnsw ON chunks USING hnsw ((dense::halfvec(384)) halfvec_cosine_ops) WITH (m = 16, ef_construction = 64)",
-    )
+    sqlx::query(&format!(
+        "CREATE INDEX chunks_dense_hnsw ON chunks USING hnsw ((dense::halfvec(384)) halfvec_cosine_ops) WITH ({HNSW_BUILD})"
+    ))
     .execute(&mut *conn)
     .await
     .expect("hnsw");
     println!(
-        "HNSW index (m 16, ef_construction 64) built over every chunk in {:.1} s",
+        "HNSW index ({HNSW_BUILD}) built over every chunk in {:.1} s",
         t.elapsed().as_secs_f64()
     );
     sqlx::query("ANALYZE")

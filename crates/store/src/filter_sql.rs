@@ -181,6 +181,90 @@ impl Compiler<'_> {
     }
 }
 
+/// Magnitudes below this are integers an `f64` holds exactly.
+const EXACT_INTEGERS: f64 = 9_007_199_254_740_992.0;
+
+/// A condition that an index on `meta` (GIN, `jsonb_path_ops`) can answer
+/// and that every document passing `filter` passes too (a superset), so
+/// `index AND exact` selects what the exact condition selects, from the
+/// index's few rows instead of every document's metadata. `None` where no
+/// such condition is known: a range, a negation, a date (equal instants
+/// are written in many ways), a dotted path (the key as written or the
+/// nested object), and a number of 2^53 or more.
+///
+/// An equality `{"f": v}` passes when the value is `v` or an array holding
+/// it, so it reads `meta @> {"f": v} OR meta @> {"f": [v]}`. Strings and
+/// booleans are equal in `jsonb` exactly when they are in Rust. Numbers:
+/// the filter language compares `f64`s; stored metadata is written by
+/// `serde_json` (the shortest decimal that reads back as its `f64`, or
+/// an integer), and `jsonb` compares decimals by value, so below 2^53 a
+/// stored number equals `v` as a decimal exactly when it does as an `f64`.
+pub fn index_condition(filter: &Filter, meta: &str, first: usize) -> Option<Condition> {
+    let mut c = Compiler {
+        meta,
+        next: first,
+        binds: Vec::new(),
+    };
+    let sql = c.contains(filter)?;
+    Some(Condition {
+        sql,
+        binds: c.binds,
+    })
+}
+
+impl Compiler<'_> {
+    fn contains(&mut self, f: &Filter) -> Option<String> {
+        match f {
+            Filter::Cmp {
+                field,
+                op: Cmp::Eq,
+                value,
+            } => self.holds(field, std::slice::from_ref(value)),
+            Filter::In {
+                field,
+                values,
+                negate: false,
+            } => self.holds(field, values),
+            // Each part that has one narrows the rows; the rest are left
+            // to the exact condition.
+            Filter::And(fs) => {
+                let parts: Vec<String> = fs.iter().filter_map(|f| self.contains(f)).collect();
+                (!parts.is_empty()).then(|| format!("({})", parts.join(" AND ")))
+            }
+            // Every branch needs one, or the rows of the one without it
+            // would be missed.
+            Filter::Or(fs) if !fs.is_empty() => {
+                let parts: Option<Vec<String>> = fs.iter().map(|f| self.contains(f)).collect();
+                parts.map(|p| format!("({})", p.join(" OR ")))
+            }
+            _ => None,
+        }
+    }
+
+    /// `meta` holds `field` equal to one of `values`, or an array with one.
+    fn holds(&mut self, field: &str, values: &[Scalar]) -> Option<String> {
+        if field.contains('.') || values.is_empty() {
+            return None;
+        }
+        let mut parts = Vec::new();
+        for v in values {
+            let json = match v {
+                Scalar::String(s) => serde_json::Value::from(s.as_str()),
+                Scalar::Bool(b) => serde_json::Value::from(*b),
+                Scalar::Number(n) if n.abs() < EXACT_INTEGERS => serde_json::Value::from(*n),
+                Scalar::Number(_) | Scalar::Date(..) => return None,
+            };
+            for shape in [json.clone(), serde_json::Value::Array(vec![json])] {
+                let mut object = serde_json::Map::new();
+                object.insert(field.to_owned(), shape);
+                let p = self.bind(Bind::Text(serde_json::Value::Object(object).to_string()));
+                parts.push(format!("{} @> {p}::text::jsonb", self.meta));
+            }
+        }
+        Some(format!("({})", parts.join(" OR ")))
+    }
+}
+
 fn sql_bool(b: bool) -> &'static str {
     if b { "TRUE" } else { "FALSE" }
 }
@@ -258,5 +342,36 @@ mod tests {
         let f = Filter::parse(&json!({"lang": "en"}), "f").expect("parse");
         let c = compile(&f, "m", 1);
         assert!(!c.sql.contains("COALESCE"), "{}", c.sql);
+    }
+
+    #[test]
+    fn an_index_condition_is_a_containment_only_where_it_holds_every_match() {
+        let cond =
+            |v: serde_json::Value| index_condition(&Filter::parse(&v, "f").expect("parse"), "m", 1);
+        let c = cond(json!({"lang": "en", "year": {"$gte": 2020}})).expect("the equality");
+        assert_eq!(c.sql, "((m @> $1::text::jsonb OR m @> $2::text::jsonb))");
+        assert_eq!(
+            c.binds,
+            [
+                Bind::Text(r#"{"lang":"en"}"#.into()),
+                Bind::Text(r#"{"lang":["en"]}"#.into())
+            ]
+        );
+        let c = cond(json!({"n": {"$in": [3, true]}})).expect("the members");
+        assert_eq!(c.binds.len(), 4, "{:?}", c.binds);
+        assert_eq!(c.binds[0], Bind::Text(r#"{"n":3.0}"#.into()));
+        assert!(cond(json!({"$or": [{"a": 1}, {"b": 2}]})).is_some());
+        for none in [
+            json!({"year": {"$gte": 2020}}),
+            json!({"lang": {"$ne": "en"}}),
+            json!({"lang": {"$nin": ["en"]}}),
+            json!({"$not": {"lang": "en"}}),
+            json!({"$or": [{"lang": "en"}, {"year": {"$lt": 3}}]}),
+            json!({"at": "2024-05-01"}),
+            json!({"source.year": 2019}),
+            json!({"n": 9_007_199_254_740_993_u64}),
+        ] {
+            assert!(cond(none.clone()).is_none(), "{none}");
+        }
     }
 }

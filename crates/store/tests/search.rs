@@ -11,6 +11,13 @@ use std::time::{Duration, Instant};
 const LIMITS: SearchLimits = SearchLimits {
     timeout: Some(Duration::from_secs(10)),
     ef_search: 100,
+    exact_below: 20_000,
+};
+
+/// [`LIMITS`] with every filtered dense search left to the graph.
+const GRAPH_ONLY: SearchLimits = SearchLimits {
+    exact_below: 0,
+    ..LIMITS
 };
 
 fn unit(v: [f32; 4]) -> Vec<f32> {
@@ -153,14 +160,18 @@ async fn filters_select_exactly(server: &PgServer) {
             .filter(|(_, m)| filter.matches(m))
             .map(|(i, _)| format!("d{i}"))
             .collect();
-        let dense: BTreeSet<String> = store
-            .dense_search(coll, &unit([1.0, 0.0, 0.0, 0.0]), n, &filter, LIMITS)
-            .await
-            .unwrap_or_else(|e| panic!("{f}: {e}"))
-            .into_iter()
-            .map(|c| c.chunk.external_id)
-            .collect();
-        assert_eq!(dense, want, "dense, {f}");
+        // Ranked exactly where the metadata index narrows the filter,
+        // and by the graph.
+        for limits in [LIMITS, GRAPH_ONLY] {
+            let dense: BTreeSet<String> = store
+                .dense_search(coll, &unit([1.0, 0.0, 0.0, 0.0]), n, &filter, limits)
+                .await
+                .unwrap_or_else(|e| panic!("{f}: {e}"))
+                .into_iter()
+                .map(|c| c.chunk.external_id)
+                .collect();
+            assert_eq!(dense, want, "dense, {f}, {limits:?}");
+        }
         let lexical: BTreeSet<String> = store
             .lexical_documents(coll, "shared", n, &filter, None, LIMITS)
             .await
@@ -170,6 +181,110 @@ async fn filters_select_exactly(server: &PgServer) {
             .collect();
         assert_eq!(lexical, want, "lexical, {f}");
     }
+}
+
+/// A selective equality filter is ranked exactly: every chunk that
+/// passes, found through the metadata index, in the order of an exact
+/// scan, and the graph is not walked; a filter that passes more than the
+/// limit is left to the graph.
+#[tokio::test]
+#[ignore = "needs PostgreSQL with pgvector (RAGTIME_TEST_PGVECTOR_BIN)"]
+async fn needs_pgvector_a_selective_filter_is_ranked_exactly_without_the_graph() {
+    let server = PgServer::start();
+    let db = PgDatabase::create_on(&server.admin_url, "ragtime_exact").await;
+    let pool = sqlx::PgPool::connect(&db.url).await.expect("connect");
+    // A table this small is read whole rather than through an index, the
+    // graph included: this makes the graph the plan for the walk below.
+    sqlx::query(
+        "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET enable_seqscan = off', current_database()); END $$",
+    )
+        .execute(&pool)
+        .await
+        .expect("plans");
+    let store = Store::open(&db.url).await.expect("open");
+    store.enable_database_search(4).await.expect("enable");
+    let coll = store.ensure_collection("c").await.expect("c");
+    let vector = |i: usize| {
+        let x = i as f32;
+        unit([
+            1.0 + (x * 0.37).sin(),
+            (x * 1.3).cos(),
+            (x * 0.11).sin(),
+            0.5,
+        ])
+    };
+    let mut rare = Vec::new();
+    for i in 0..600 {
+        let tag = if i % 100 == 7 { "rare" } else { "common" };
+        if tag == "rare" {
+            rare.push(i);
+        }
+        let d = doc(&format!("d{i}"), &json!({"tag": tag}), "words", vector(i));
+        store.upsert_document(coll, &d).await.expect("upsert");
+    }
+    sqlx::query("ANALYZE")
+        .execute(&pool)
+        .await
+        .expect("analyze");
+    // Index scans as the statistics count them. They reach the
+    // statistics when the searching backend next reports (within
+    // seconds), so each is waited for.
+    let scans = |index: &'static str| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT idx_scan FROM pg_stat_user_indexes WHERE indexrelname = $1",
+            )
+            .bind(index)
+            .fetch_one(&pool)
+            .await
+            .expect("stats")
+        }
+    };
+    let graph_walks = || scans("chunks_dense_hnsw");
+    let wait_for = |index: &'static str, above: i64| async move {
+        let t = Instant::now();
+        while scans(index).await <= above {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "{index} was never read"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    let metadata_reads = scans("documents_meta").await;
+    let before = graph_walks().await;
+    let q = unit([1.0, 0.2, 0.0, 0.5]);
+    let cos = |v: &[f32]| v.iter().zip(&q).map(|(a, b)| a * b).sum::<f32>();
+    rare.sort_by(|a, b| cos(&vector(*b)).total_cmp(&cos(&vector(*a))));
+    let want: Vec<String> = rare.iter().take(4).map(|i| format!("d{i}")).collect();
+    let filter = Filter::parse(&json!({"tag": "rare"}), "filter").expect("filter");
+    let found: Vec<String> = store
+        .dense_search(coll, &q, 4, &filter, LIMITS)
+        .await
+        .expect("exact")
+        .into_iter()
+        .map(|c| c.chunk.external_id)
+        .collect();
+    assert_eq!(found, want);
+    // The chunks that pass were found through the metadata index.
+    wait_for("documents_meta", metadata_reads).await;
+    let graph = SearchLimits {
+        exact_below: 5,
+        ..LIMITS
+    };
+    let wide = Filter::parse(&json!({"tag": "common"}), "filter").expect("filter");
+    let walked = store
+        .dense_search(coll, &q, 4, &wide, graph)
+        .await
+        .expect("graph");
+    assert_eq!(walked.len(), 4);
+    wait_for("chunks_dense_hnsw", before).await;
+    assert_eq!(
+        graph_walks().await,
+        before + 1,
+        "only the wide filter walked the graph"
+    );
 }
 
 /// Dense search ranks by cosine similarity within its collection and
@@ -335,6 +450,7 @@ async fn needs_pgvector_a_search_past_its_deadline_is_stopped_by_the_database() 
     let limits = SearchLimits {
         timeout: Some(Duration::from_millis(150)),
         ef_search: 40,
+        exact_below: 0,
     };
     let q = unit([1.0, 0.0, 0.0, 0.0]);
     let started = Instant::now();
@@ -396,6 +512,7 @@ async fn needs_pgvector_a_dropped_search_is_cancelled_in_the_database() {
     let limits = SearchLimits {
         timeout: Some(Duration::from_secs(30)),
         ef_search: 40,
+        exact_below: 0,
     };
     let q = unit([1.0, 0.0, 0.0, 0.0]);
     let search = store.dense_search(c, &q, 1, &Filter::All, limits);

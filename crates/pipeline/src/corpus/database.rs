@@ -59,6 +59,35 @@ pub fn ef_search_for(configured: usize, k: usize, chunks: usize) -> usize {
     growth.ef_for(chunks).max(k).clamp(1, EF_SEARCH_MAX)
 }
 
+/// Chunks up to which a filtered dense search that the metadata index can
+/// narrow ranks every chunk that passes instead of walking the graph
+/// (`SearchLimits::exact_below`): at 1M chunks a 1 % filter's walk finds
+/// 0.71 of the ten nearest, and the exact ranking of its ≈ 10,000 chunks
+/// takes ≈ 15 ms (`ragtime-bench pgscale`, docs/scaling.md).
+pub const DATABASE_EXACT_BELOW: usize = 20_000;
+
+/// The limits of one dense search of `k` chunks in the database: the
+/// candidate list `ef_search` (from [`ef_search_for`]), and for a filtered
+/// one pgvector's longest, since the chunks that pass lie further along
+/// the walk (at 1M chunks a 10 % filter finds 0.94 of the ten nearest at
+/// 400 and 0.96 at 1000); `timeout` the stage's time left.
+pub fn database_limits(
+    ef_search: usize,
+    k: usize,
+    filter: &Filter,
+    timeout: Option<Duration>,
+) -> SearchLimits {
+    SearchLimits {
+        timeout,
+        ef_search: if filter.is_all() {
+            ef_search.max(k).min(EF_SEARCH_MAX)
+        } else {
+            EF_SEARCH_MAX
+        },
+        exact_below: DATABASE_EXACT_BELOW,
+    }
+}
+
 /// How the database engine's rankings fuse: its lexical scores are
 /// another BM25's (or `ts_rank`'s), so its fusion is chosen by its own
 /// measurement (`BENCH_ENGINE=postgres ragtime-bench fusion`: the grid
@@ -213,16 +242,19 @@ struct DatabaseRetriever {
 }
 
 impl DatabaseRetriever {
-    fn limits(&self, cancel: &Cancel, k: usize) -> Result<SearchLimits, StageError> {
+    fn limits(
+        &self,
+        cancel: &Cancel,
+        k: usize,
+        filter: &Filter,
+    ) -> Result<SearchLimits, StageError> {
         if cancel.is_cancelled() {
             return Err(StageError::Cancelled);
         }
-        Ok(SearchLimits {
-            timeout: cancel
-                .deadline()
-                .map(|d| d.saturating_duration_since(Instant::now())),
-            ef_search: self.ef_search.max(k),
-        })
+        let timeout = cancel
+            .deadline()
+            .map(|d| d.saturating_duration_since(Instant::now()));
+        Ok(database_limits(self.ef_search, k, filter, timeout))
     }
 
     fn keep(&self, rows: Vec<FoundChunk>) {
@@ -251,7 +283,7 @@ impl Retriever for DatabaseRetriever {
         filter: &Filter,
         cancel: Cancel,
     ) -> Result<Vec<Hit>, StageError> {
-        let limits = self.limits(&cancel, k)?;
+        let limits = self.limits(&cancel, k, filter)?;
         let rows = self
             .store
             .dense_search(self.collection, &vector, k, filter, limits)
@@ -277,7 +309,7 @@ impl Retriever for DatabaseRetriever {
         per_document: usize,
         cancel: Cancel,
     ) -> Result<Vec<DocHit>, StageError> {
-        let limits = self.limits(&cancel, k)?;
+        let limits = self.limits(&cancel, k, filter)?;
         let docs = self
             .store
             .lexical_documents(
@@ -387,6 +419,24 @@ mod tests {
         assert_eq!(ef_search_for(100, 500, 0), 500);
         assert_eq!(ef_search_for(700, 10, 2 * EF_REFERENCE_CHUNKS), 1000);
         assert_eq!(ef_search_for(40, 10, 0), 40);
+    }
+
+    #[test]
+    fn a_filtered_search_walks_the_longest_list_and_may_be_ranked_exactly() {
+        let filter = Filter::parse(&serde_json::json!({"tag": "a"}), "filter").expect("filter");
+        let plain = database_limits(400, 10, &Filter::All, None);
+        assert_eq!(
+            (plain.ef_search, plain.exact_below),
+            (400, DATABASE_EXACT_BELOW)
+        );
+        assert_eq!(database_limits(100, 500, &Filter::All, None).ef_search, 500);
+        assert_eq!(
+            database_limits(100, 5000, &Filter::All, None).ef_search,
+            1000
+        );
+        let filtered = database_limits(100, 10, &filter, Some(Duration::from_millis(40)));
+        assert_eq!(filtered.ef_search, 1000);
+        assert_eq!(filtered.timeout, Some(Duration::from_millis(40)));
     }
 
     fn chunk(id: i64, similarity: f32, rank: f32) -> FoundChunk {

@@ -29,7 +29,9 @@ mod resident;
 pub mod snapshots;
 mod write;
 
-pub use database::{DATABASE_FUSION, DEFAULT_EF_SEARCH, ef_search_for};
+pub use database::{
+    DATABASE_EXACT_BELOW, DATABASE_FUSION, DEFAULT_EF_SEARCH, database_limits, ef_search_for,
+};
 pub use engine::{Change, EngineStatus, IndexBytes, IndexEngine};
 pub use follower::Lag;
 pub use info::CollectionInfo;
