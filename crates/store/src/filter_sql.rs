@@ -228,7 +228,7 @@ impl Compiler<'_> {
             // Each part that has one narrows the rows; the rest are left
             // to the exact condition.
             Filter::And(fs) => {
-                let parts: Vec<String> = fs.iter().filter_map(|f| self.contains(f)).collect();
+                let parts: Vec<String> = fs.iter().filter_map(|f| self.attempt(f)).collect();
                 (!parts.is_empty()).then(|| format!("({})", parts.join(" AND ")))
             }
             // Every branch needs one, or the rows of the one without it
@@ -239,6 +239,18 @@ impl Compiler<'_> {
             }
             _ => None,
         }
+    }
+
+    /// [`Self::contains`], binding nothing when it has no condition (a part
+    /// of an `$and` that fails half-way leaves no unused parameters).
+    fn attempt(&mut self, f: &Filter) -> Option<String> {
+        let (next, bound) = (self.next, self.binds.len());
+        let found = self.contains(f);
+        if found.is_none() {
+            self.next = next;
+            self.binds.truncate(bound);
+        }
+        found
     }
 
     /// `meta` holds `field` equal to one of `values`, or an array with one.
@@ -361,6 +373,15 @@ mod tests {
         assert_eq!(c.binds.len(), 4, "{:?}", c.binds);
         assert_eq!(c.binds[0], Bind::Text(r#"{"n":3.0}"#.into()));
         assert!(cond(json!({"$or": [{"a": 1}, {"b": 2}]})).is_some());
+        // A part without one binds nothing.
+        let c = cond(json!({"$and": [
+            {"$or": [{"lang": "de"}, {"year": {"$gt": 1}}]},
+            {"n": {"$in": [1, "2024-05-01"]}},
+            {"ok": true}
+        ]}))
+        .expect("the boolean");
+        assert_eq!(c.sql, "((m @> $1::text::jsonb OR m @> $2::text::jsonb))");
+        assert_eq!(c.binds.len(), 2, "{:?}", c.binds);
         for none in [
             json!({"year": {"$gte": 2020}}),
             json!({"lang": {"$ne": "en"}}),

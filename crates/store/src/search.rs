@@ -641,9 +641,11 @@ async fn narrowed(
     // conditions' placeholders moved down by two.
     let count_cond = compile(filter, "d.meta", 3);
     let count_pre = index_condition(filter, "d.meta", 3 + count_cond.binds.len())?;
+    // A join with a limit, so that the count streams and stops at the
+    // bound: a broad filter is not read whole to learn that it is broad.
     let sql = format!(
-        "SELECT count(*) FROM (SELECT 1 FROM chunks c WHERE c.document_id IN \
-         (SELECT d.id FROM documents d WHERE d.collection_id = $1 AND {} AND {}) LIMIT $2) s",
+        "SELECT count(*) FROM (SELECT 1 FROM documents d JOIN chunks c ON c.document_id = d.id \
+         WHERE d.collection_id = $1 AND {} AND {} LIMIT $2) s",
         count_pre.sql, count_cond.sql
     );
     let bound = i64::try_from(most).unwrap_or(i64::MAX).saturating_add(1);

@@ -113,6 +113,11 @@ fn filters() -> Vec<Value> {
         json!({"missing": {"$ne": 1}}),
         json!({"missing": 1}),
         json!({"lang": "en", "ok": true}),
+        json!({"year": 2021.5}),
+        json!({"year": 1000}),
+        json!({"tags": {"$in": ["bio", 1]}}),
+        json!({"$and": [{"$or": [{"lang": "de"}, {"year": {"$gt": 1}}]}, {"ok": true}]}),
+        json!({"$or": [{"lang": "en"}, {"tags": "x"}]}),
     ]
 }
 
