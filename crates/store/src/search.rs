@@ -328,21 +328,33 @@ impl Store {
         filter: &Filter,
         limits: SearchLimits,
     ) -> Result<Vec<FoundChunk>, StoreError> {
+        let cond = compile(filter, "d.meta", 4);
         let mut tx = p.begin().await?;
         let running = set_limits(p, &mut tx, limits).await?;
         let exact = match (limits.exact_below, filter.is_all()) {
             (0, _) | (_, true) => None,
-            _ => narrowed(&mut tx, collection_id, filter, limits.exact_below).await,
+            _ => {
+                narrowed(
+                    &mut tx,
+                    collection_id,
+                    filter,
+                    cond.binds.len(),
+                    limits.exact_below,
+                )
+                .await
+            }
         };
-        let rows = match exact {
-            Some(Err(e)) => Err(e),
-            Some(Ok(pre)) => {
-                // The few chunks that pass, every one ranked. The distances
-                // are materialized before they are ordered: an order by
-                // the distance itself is the graph's, and the planner
-                // would walk it.
-                let cond = compile(filter, "d.meta", 4);
-                let sql = format!(
+        let (sql, pre) = match exact {
+            Some(Err(e)) => {
+                running.ended();
+                return Err(e.into());
+            }
+            // The few chunks that pass, every one ranked. The distances
+            // are materialized before they are ordered: an order by the
+            // distance itself is the graph's, and the planner would walk
+            // it.
+            Some(Ok(pre)) => (
+                format!(
                     "WITH passing AS MATERIALIZED (SELECT c.id, \
                      (c.dense::halfvec({dim}) <=> $1::halfvec({dim}))::float8 AS dist \
                      FROM chunks c JOIN documents d ON d.id = c.document_id \
@@ -352,16 +364,11 @@ impl Store {
                      JOIN chunks c ON c.id = b.id JOIN documents d ON d.id = c.document_id \
                      ORDER BY b.dist, c.id",
                     cond.sql, pre.sql
-                );
-                let q = sqlx::query_as::<_, ChunkRow>(&sql)
-                    .bind(vector_text(vector))
-                    .bind(collection_id)
-                    .bind(i64::try_from(k).unwrap_or(i64::MAX));
-                bind_all(bind_all(q, &cond), &pre).fetch_all(&mut *tx).await
-            }
-            None => {
-                let cond = compile(filter, "d.meta", 4);
-                let sql = format!(
+                ),
+                Some(pre),
+            ),
+            None => (
+                format!(
                     "WITH r AS MATERIALIZED (SELECT {CHUNK_COLUMNS}, \
                      (c.dense::halfvec({dim}) <=> $1::halfvec({dim}))::float8 AS dist \
                      FROM chunks c JOIN documents d ON d.id = c.document_id \
@@ -369,14 +376,20 @@ impl Store {
                      ORDER BY c.dense::halfvec({dim}) <=> $1::halfvec({dim}) LIMIT $3) \
                      SELECT * FROM r ORDER BY dist, id",
                     cond.sql
-                );
-                let q = sqlx::query_as::<_, ChunkRow>(&sql)
-                    .bind(vector_text(vector))
-                    .bind(collection_id)
-                    .bind(i64::try_from(k).unwrap_or(i64::MAX));
-                bind_all(q, &cond).fetch_all(&mut *tx).await
-            }
+                ),
+                None,
+            ),
         };
+        let q = sqlx::query_as::<_, ChunkRow>(&sql)
+            .bind(vector_text(vector))
+            .bind(collection_id)
+            .bind(i64::try_from(k).unwrap_or(i64::MAX));
+        let q = bind_all(q, &cond);
+        let q = match &pre {
+            Some(pre) => bind_all(q, pre),
+            None => q,
+        };
+        let rows = q.fetch_all(&mut *tx).await;
         running.ended();
         let rows = rows?;
         tx.rollback().await?;
@@ -625,22 +638,23 @@ async fn ranked_rows(
 }
 
 /// The metadata index's condition for `filter`, numbered after the exact
-/// condition's from `$4` (the dense query's), when the documents that
-/// both pass hold at most `most` chunks. They are counted through the
-/// index, so a filter it narrows to a few rows costs those rows, and the
-/// count stops past `most`. `None`: the graph searches.
+/// condition's `after` placeholders from `$4` (the dense query's), when
+/// the documents that both pass hold at most `most` chunks. They are
+/// counted through the index, so a filter it narrows to a few rows costs
+/// those rows, and the count stops past `most`. `None`: the graph
+/// searches.
 async fn narrowed(
     tx: &mut sqlx::Transaction<'static, Postgres>,
     collection_id: i64,
     filter: &Filter,
+    after: usize,
     most: usize,
 ) -> Option<Result<Condition, sqlx::Error>> {
-    let cond = compile(filter, "d.meta", 4);
-    let pre = index_condition(filter, "d.meta", 4 + cond.binds.len())?;
+    let pre = index_condition(filter, "d.meta", 4 + after)?;
     // The count's own numbering: $1 the collection, $2 the bound, and the
-    // conditions' placeholders moved down by two.
+    // conditions' placeholders moved down by one.
     let count_cond = compile(filter, "d.meta", 3);
-    let count_pre = index_condition(filter, "d.meta", 3 + count_cond.binds.len())?;
+    let count_pre = index_condition(filter, "d.meta", 3 + after)?;
     // A join with a limit, so that the count streams and stops at the
     // bound: a broad filter is not read whole to learn that it is broad.
     let sql = format!(
