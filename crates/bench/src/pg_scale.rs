@@ -115,15 +115,13 @@ pub async fn pg_scale() {
     let all = AllVectors::load(&pool, big).await;
     let mut exact = Vec::new();
     for (_, f) in &filters {
-        let pass: Box<dyn Fn(i32) -> bool> = if f.is_null() {
-            Box::new(|_| true)
-        } else if f["bucket"]["$lt"].is_number() {
-            Box::new(|b| b < 10)
-        } else if f["bucket"]["$gte"].is_number() {
-            Box::new(|b| b >= 99)
-        } else {
-            Box::new(|b| b == 3)
-        };
+        // Which of the hundred buckets the filter passes, by the filter
+        // language itself.
+        let filter = Filter::parse(f, "filter").expect("filter");
+        let passes: Vec<bool> = (0..100)
+            .map(|b| filter.matches(&serde_json::json!({ "bucket": b })))
+            .collect();
+        let pass = |b: i32| usize::try_from(b).is_ok_and(|b| passes.get(b) == Some(&true));
         exact.push(
             queries
                 .iter()
