@@ -231,6 +231,16 @@ async fn needs_pgvector_a_selective_filter_is_ranked_exactly_without_the_graph()
         .execute(&pool)
         .await
         .expect("analyze");
+    // The writers' connections end, so what they read reaches the
+    // statistics now (a backend reports its counts when it ends, or when
+    // idle within seconds) and only the searches' reads count from here.
+    sqlx::query(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'",
+    )
+    .execute(&pool)
+    .await
+    .expect("end the writers' connections");
     // Index scans as the statistics count them. They reach the
     // statistics when the searching backend next reports (within
     // seconds), so each is waited for.
@@ -278,17 +288,48 @@ async fn needs_pgvector_a_selective_filter_is_ranked_exactly_without_the_graph()
         exact_below: 5,
         ..LIMITS
     };
-    let wide = Filter::parse(&json!({"tag": "common"}), "filter").expect("filter");
-    let walked = store
-        .dense_search(coll, &q, 4, &wide, graph)
-        .await
-        .expect("graph");
-    assert_eq!(walked.len(), 4);
-    wait_for("chunks_dense_hnsw", before).await;
+    // Scans of the chunks, any way: a walk reads them, and so does a count.
+    let chunk_reads = || {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT seq_scan + COALESCE(idx_scan, 0) FROM pg_stat_user_tables WHERE relname = 'chunks'",
+            )
+            .fetch_one(&pool)
+            .await
+            .expect("stats")
+        }
+    };
+    // What a walk alone reads: a negation has no index condition, so
+    // nothing is sampled or counted for it.
+    let (q, chunk_reads, graph_walks, wait_for) = (&q, &chunk_reads, &graph_walks, &wait_for);
+    let walk = |f: serde_json::Value, walks: i64| {
+        let (store, filter) = (&store, Filter::parse(&f, "filter").expect("filter"));
+        async move {
+            let read = chunk_reads().await;
+            let found = store
+                .dense_search(coll, q, 4, &filter, graph)
+                .await
+                .expect("graph");
+            assert_eq!(found.len(), 4, "{f}");
+            wait_for("chunks_dense_hnsw", before + walks - 1).await;
+            assert_eq!(graph_walks().await, before + walks, "{f} walked the graph");
+            chunk_reads().await - read
+        }
+    };
+    let alone = walk(json!({"tag": {"$ne": "rare"}}), 1).await;
+    // Past the bound by far (594 of 600 chunks against 5): a sample says
+    // so, and nothing is counted.
     assert_eq!(
-        graph_walks().await,
-        before + 1,
-        "only the wide filter walked the graph"
+        walk(json!({"tag": "common"}), 2).await,
+        alone,
+        "a filter the sample finds broad is walked and not counted"
+    );
+    // Past the bound, but not by the sample's margin (6 chunks against
+    // 5): counted, then walked.
+    assert!(
+        walk(json!({"tag": "rare"}), 3).await > alone,
+        "a filter near the bound is counted, then walked"
     );
 }
 
