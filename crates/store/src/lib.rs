@@ -147,7 +147,7 @@ pub use documents::{
     Upsert, WriteReceipt, decode_vector, encode_vector,
 };
 pub use jobs::{JOB_HEARTBEAT_MS, JOB_STALE_MS, JobRecord, JobStatus, JobStep, NewJob};
-pub use search::{FoundChunk, FoundDocument, Lexical, Missing, SearchLimits};
+pub use search::{FilteredPaths, FoundChunk, FoundDocument, Lexical, Missing, SearchLimits};
 pub use standbys::StandbyStatus;
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
@@ -224,6 +224,9 @@ pub struct Store {
     search_schema: std::sync::Arc<std::sync::OnceLock<search::Schema>>,
     /// Hot standbys searches may read ([`Store::with_standbys`]).
     standbys: Option<std::sync::Arc<standbys::Standbys>>,
+    /// How the database engine answered filtered dense searches
+    /// ([`Store::filtered_paths`]). Shared by every clone.
+    paths: std::sync::Arc<search::PathCounts>,
 }
 
 impl Store {
@@ -274,6 +277,7 @@ impl Store {
             pool,
             search_schema,
             standbys: None,
+            paths: std::sync::Arc::default(),
         })
     }
 

@@ -101,6 +101,65 @@ pub struct SearchLimits {
     pub exact_below: usize,
 }
 
+/// How the database engine answered the filtered dense searches since the
+/// store opened (`/metrics`: `ragtime_database_filtered_searches_total`):
+/// an admin reads from it whether filters are ranked exactly or walked,
+/// and what deciding cost.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FilteredPaths {
+    /// Ranked exactly: the metadata index narrowed the filter to at most
+    /// [`SearchLimits::exact_below`] chunks.
+    pub exact: u64,
+    /// Counted through the metadata index past the bound, then walked.
+    pub counted: u64,
+    /// Found broad by a sample of the documents, walked without a count.
+    pub sampled: u64,
+    /// Walked with nothing to try first (no index condition: ranges,
+    /// negations; or exact ranking switched off).
+    pub walked: u64,
+}
+
+/// The counts behind [`FilteredPaths`], shared by a store's clones.
+#[derive(Debug, Default)]
+pub(crate) struct PathCounts([std::sync::atomic::AtomicU64; 4]);
+
+impl PathCounts {
+    fn count(&self, path: &Narrowed) {
+        let i = match path {
+            Narrowed::Exact(_) => 0,
+            Narrowed::Counted => 1,
+            Narrowed::Sampled => 2,
+            Narrowed::Walked => 3,
+        };
+        self.0[i].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Store {
+    /// How filtered dense searches were answered since the store opened.
+    pub fn filtered_paths(&self) -> FilteredPaths {
+        let n = |i: usize| self.paths.0[i].load(std::sync::atomic::Ordering::Relaxed);
+        FilteredPaths {
+            exact: n(0),
+            counted: n(1),
+            sampled: n(2),
+            walked: n(3),
+        }
+    }
+}
+
+/// What a filtered dense search does ([`narrowed`]).
+enum Narrowed {
+    /// Rank exactly the chunks that pass this index condition.
+    Exact(Condition),
+    /// Walk: counted past the bound.
+    Counted,
+    /// Walk: a sample found the filter broad.
+    Sampled,
+    /// Walk: nothing to try.
+    Walked,
+}
+
 /// The vector's text form (`[0.1,0.2,…]`), which `halfvec` parses.
 pub fn vector_text(v: &[f32]) -> String {
     let mut s = String::with_capacity(v.len() * 10 + 2);
@@ -331,29 +390,34 @@ impl Store {
         let cond = compile(filter, "d.meta", 4);
         let mut tx = p.begin().await?;
         let running = set_limits(p, &mut tx, limits).await?;
-        let exact = match (limits.exact_below, filter.is_all()) {
-            (0, _) | (_, true) => None,
-            _ => {
-                narrowed(
-                    &mut tx,
-                    collection_id,
-                    filter,
-                    cond.binds.len(),
-                    limits.exact_below,
-                )
-                .await
-            }
+        let path = match (limits.exact_below, filter.is_all()) {
+            (_, true) => None,
+            (0, _) => Some(Narrowed::Walked),
+            _ => match narrowed(
+                &mut tx,
+                collection_id,
+                filter,
+                cond.binds.len(),
+                limits.exact_below,
+            )
+            .await
+            {
+                Ok(path) => Some(path),
+                Err(e) => {
+                    running.ended();
+                    return Err(e.into());
+                }
+            },
         };
-        let (sql, pre) = match exact {
-            Some(Err(e)) => {
-                running.ended();
-                return Err(e.into());
-            }
+        if let Some(path) = &path {
+            self.paths.count(path);
+        }
+        let (sql, pre) = match path {
             // The few chunks that pass, every one ranked. The distances
             // are materialized before they are ordered: an order by the
             // distance itself is the graph's, and the planner would walk
             // it.
-            Some(Ok(pre)) => (
+            Some(Narrowed::Exact(pre)) => (
                 format!(
                     "WITH passing AS MATERIALIZED (SELECT c.id, \
                      (c.dense::halfvec({dim}) <=> $1::halfvec({dim}))::float8 AS dist \
@@ -367,7 +431,7 @@ impl Store {
                 ),
                 Some(pre),
             ),
-            None => (
+            _ => (
                 format!(
                     "WITH r AS MATERIALIZED (SELECT {CHUNK_COLUMNS}, \
                      (c.dense::halfvec({dim}) <=> $1::halfvec({dim}))::float8 AS dist \
@@ -591,8 +655,8 @@ async fn bm25_documents(
     Ok(best_first(found))
 }
 
-/// Whether the rows are in the walk's order, best (lowest) first, to the
-/// precision of its scores: they are single-precision sums, and two
+/// Whether the rows are in the walk's order, best (lowest) first, within
+/// a relative 10⁻⁵: the scores are single-precision sums, and two
 /// segments can sum one score in another order (1M chunks: a pair
 /// returned as -30.111101 before -30.111103). Exact scoring for that
 /// pair scored every document holding any of the question's words again
@@ -655,24 +719,26 @@ async fn ranked_rows(
 /// counted through the index, so a filter it narrows to a few rows costs
 /// those rows, and the count stops past `most`; a filter a sample of the
 /// documents finds far broader is not counted ([`broad_by_sample`]).
-/// `None`: the graph searches.
+/// Otherwise the graph walks.
 async fn narrowed(
     tx: &mut sqlx::Transaction<'static, Postgres>,
     collection_id: i64,
     filter: &Filter,
     after: usize,
     most: usize,
-) -> Option<Result<Condition, sqlx::Error>> {
-    let pre = index_condition(filter, "d.meta", 4 + after)?;
-    match broad_by_sample(tx, collection_id, filter, most).await {
-        Err(e) => return Some(Err(e)),
-        Ok(true) => return None,
-        Ok(false) => {}
+) -> Result<Narrowed, sqlx::Error> {
+    let Some(pre) = index_condition(filter, "d.meta", 4 + after) else {
+        return Ok(Narrowed::Walked);
+    };
+    if broad_by_sample(tx, collection_id, filter, most).await? {
+        return Ok(Narrowed::Sampled);
     }
     // The count's own numbering: $1 the collection, $2 the bound, and the
     // conditions' placeholders moved down by one.
     let count_cond = compile(filter, "d.meta", 3);
-    let count_pre = index_condition(filter, "d.meta", 3 + after)?;
+    let Some(count_pre) = index_condition(filter, "d.meta", 3 + after) else {
+        return Ok(Narrowed::Walked);
+    };
     // A join with a limit, so that the count streams and stops at the
     // bound: a broad filter is not read whole to learn that it is broad.
     let sql = format!(
@@ -684,14 +750,14 @@ async fn narrowed(
     let q = sqlx::query_as::<_, (i64,)>(&sql)
         .bind(collection_id)
         .bind(bound);
-    match bind_all(bind_all(q, &count_cond), &count_pre)
+    let (n,) = bind_all(bind_all(q, &count_cond), &count_pre)
         .fetch_one(&mut **tx)
-        .await
-    {
-        Err(e) => Some(Err(e)),
-        Ok((n,)) if n < bound => Some(Ok(pre)),
-        Ok(_) => None,
-    }
+        .await?;
+    Ok(if n < bound {
+        Narrowed::Exact(pre)
+    } else {
+        Narrowed::Counted
+    })
 }
 
 /// Rows of `documents` a sample reads ([`broad_by_sample`]).
@@ -704,39 +770,50 @@ const SAMPLE_MARGIN: f64 = 3.0;
 
 /// Whether a sample of `documents` (about [`SAMPLE_ROWS`] rows, whole
 /// pages picked at random: `TABLESAMPLE SYSTEM`) says that the filter
-/// passes far more than `most` of the collection's chunks: its share of
-/// the sampled documents times the collection's chunks, past
-/// [`SAMPLE_MARGIN`] times `most`. Then the count is skipped and the
-/// graph walks: a broad equality paid the bounded count first (10 % of a
-/// million chunks: 45 ms p50 against 7.5 ms for a range of the same
-/// breadth, which has no count; 9.9 ms with the sample). The answer does
-/// not rest on the sample: a filter it does not call broad is counted
-/// exactly as before, and one it calls broad is past the bound but for a
-/// sample three times off (at a million chunks the bound is 2 % of the
-/// documents: 1,000 rows expect 20 that pass, and 60 are needed; a 10 %
-/// filter expects 100). A sample of too few of the collection's
-/// documents (a small collection beside large ones) decides nothing.
+/// passes far more than `most` of the collection's chunks: the chunks of
+/// the sampled documents that pass, scaled by the collection's documents
+/// over those read, past [`SAMPLE_MARGIN`] times `most`. Then the count
+/// is skipped and the graph walks: a broad equality paid the bounded
+/// count first (10 % of a million chunks: 44.9 ms p50 against 6.3 ms for
+/// a range of the same breadth, which has no count; 11.0 ms with the
+/// sample, which reads in 3–5 ms). The sample only skips a count, so a
+/// filter it does not call broad is counted exactly as before. It can
+/// call a narrow one broad — at a million chunks the bound is 2 %, a
+/// sample expecting 20 passing rows must find 60 — and documents of one
+/// kind written together share pages, which makes that likelier; such a
+/// filter is walked, not ranked exactly. A collection of at most that
+/// many chunks is not sampled (nothing is read), nor decided by a sample
+/// of too few of its documents (a small collection beside large ones).
 async fn broad_by_sample(
     tx: &mut sqlx::Transaction<'static, Postgres>,
     collection_id: i64,
     filter: &Filter,
     most: usize,
 ) -> Result<bool, sqlx::Error> {
-    // $1 the collection, $2 the rows to read, the filter's after.
-    let cond = compile(filter, "d.meta", 3);
+    let past = SAMPLE_MARGIN * most as f64;
+    // $1 the collection, $2 the rows to read, $3 the chunks a collection
+    // must hold for a sample to be read, the filter's from $4. A passing
+    // document's chunks are counted (an index-only lookup), not assumed.
+    let cond = compile(filter, "d.meta", 4);
     let sql = format!(
-        "SELECT count(*) FILTER (WHERE {})::int8, count(*)::int8,          (SELECT chunks FROM collections WHERE id = $1)::int8          FROM documents d TABLESAMPLE SYSTEM ((SELECT least(100.0, $2 * 100.0 / greatest(sum(documents), 1))          FROM collections)::float4)          WHERE d.collection_id = $1",
+        "SELECT count(*)::int8, \
+         COALESCE(sum(CASE WHEN {} THEN (SELECT count(*) FROM chunks c WHERE c.document_id = d.id) END), 0)::int8, \
+         (SELECT k.documents FROM collections k WHERE k.id = $1)::int8 \
+         FROM documents d TABLESAMPLE SYSTEM ((SELECT least(100.0, $2 * 100.0 / greatest(sum(k.documents), 1)) \
+         FROM collections k)::float4) \
+         WHERE d.collection_id = $1 AND (SELECT k.chunks FROM collections k WHERE k.id = $1) > $3",
         cond.sql
     );
     let q = sqlx::query_as::<_, (i64, i64, Option<i64>)>(&sql)
         .bind(collection_id)
-        .bind(SAMPLE_ROWS);
-    let (passing, read, chunks) = bind_all(q, &cond).fetch_one(&mut **tx).await?;
+        .bind(SAMPLE_ROWS)
+        .bind(past as i64);
+    let (read, passing, documents) = bind_all(q, &cond).fetch_one(&mut **tx).await?;
     if read < SAMPLE_LEAST {
         return Ok(false);
     }
-    let estimate = passing as f64 / read as f64 * chunks.unwrap_or(0) as f64;
-    Ok(estimate > SAMPLE_MARGIN * most as f64)
+    let estimate = passing as f64 * documents.unwrap_or(0) as f64 / read as f64;
+    Ok(estimate > past)
 }
 
 /// Negated BM25 scores made positive, best first (ties by id); documents

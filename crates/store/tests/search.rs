@@ -2,7 +2,9 @@
 //! the test (`needs_pgvector_…`); what a database without it says.
 
 use ragtime_core::Filter;
-use ragtime_store::{Lexical, Missing, NewChunk, NewDocument, SearchLimits, Store, StoreError};
+use ragtime_store::{
+    FilteredPaths, Lexical, Missing, NewChunk, NewDocument, SearchLimits, Store, StoreError,
+};
 use ragtime_testkit::{PgDatabase, PgServer};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
@@ -220,7 +222,11 @@ async fn needs_pgvector_a_selective_filter_is_ranked_exactly_without_the_graph()
     };
     let mut rare = Vec::new();
     for i in 0..600 {
-        let tag = if i % 100 == 7 { "rare" } else { "common" };
+        let tag = match i {
+            _ if i % 100 == 7 => "rare",
+            _ if i % 10 == 3 => "tenth",
+            _ => "common",
+        };
         if tag == "rare" {
             rare.push(i);
         }
@@ -231,16 +237,6 @@ async fn needs_pgvector_a_selective_filter_is_ranked_exactly_without_the_graph()
         .execute(&pool)
         .await
         .expect("analyze");
-    // The writers' connections end, so what they read reaches the
-    // statistics now (a backend reports its counts when it ends, or when
-    // idle within seconds) and only the searches' reads count from here.
-    sqlx::query(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-         WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'",
-    )
-    .execute(&pool)
-    .await
-    .expect("end the writers' connections");
     // Index scans as the statistics count them. They reach the
     // statistics when the searching backend next reports (within
     // seconds), so each is waited for.
@@ -282,31 +278,26 @@ async fn needs_pgvector_a_selective_filter_is_ranked_exactly_without_the_graph()
         .map(|c| c.chunk.external_id)
         .collect();
     assert_eq!(found, want);
+    assert_eq!(
+        store.filtered_paths(),
+        FilteredPaths {
+            exact: 1,
+            ..FilteredPaths::default()
+        }
+    );
     // The chunks that pass were found through the metadata index.
     wait_for("documents_meta", metadata_reads).await;
     let graph = SearchLimits {
         exact_below: 5,
         ..LIMITS
     };
-    // Scans of the chunks, any way: a walk reads them, and so does a count.
-    let chunk_reads = || {
-        let pool = pool.clone();
-        async move {
-            sqlx::query_scalar::<_, i64>(
-                "SELECT seq_scan + COALESCE(idx_scan, 0) FROM pg_stat_user_tables WHERE relname = 'chunks'",
-            )
-            .fetch_one(&pool)
-            .await
-            .expect("stats")
-        }
-    };
-    // What a walk alone reads: a negation has no index condition, so
-    // nothing is sampled or counted for it.
-    let (q, chunk_reads, graph_walks, wait_for) = (&q, &chunk_reads, &graph_walks, &wait_for);
+    // Each filter past the bound walks the graph; what the store did
+    // before the walk is in its counts.
+    let (q, graph_walks, wait_for) = (&q, &graph_walks, &wait_for);
     let walk = |f: serde_json::Value, walks: i64| {
         let (store, filter) = (&store, Filter::parse(&f, "filter").expect("filter"));
         async move {
-            let read = chunk_reads().await;
+            let before_paths = store.filtered_paths();
             let found = store
                 .dense_search(coll, q, 4, &filter, graph)
                 .await
@@ -314,21 +305,33 @@ async fn needs_pgvector_a_selective_filter_is_ranked_exactly_without_the_graph()
             assert_eq!(found.len(), 4, "{f}");
             wait_for("chunks_dense_hnsw", before + walks - 1).await;
             assert_eq!(graph_walks().await, before + walks, "{f} walked the graph");
-            chunk_reads().await - read
+            let after = store.filtered_paths();
+            FilteredPaths {
+                exact: after.exact - before_paths.exact,
+                counted: after.counted - before_paths.counted,
+                sampled: after.sampled - before_paths.sampled,
+                walked: after.walked - before_paths.walked,
+            }
         }
     };
-    let alone = walk(json!({"tag": {"$ne": "rare"}}), 1).await;
-    // Past the bound by far (594 of 600 chunks against 5): a sample says
+    let one = FilteredPaths::default();
+    // A negation has no index condition: nothing is tried first.
+    assert_eq!(
+        walk(json!({"tag": {"$ne": "rare"}}), 1).await,
+        FilteredPaths { walked: 1, ..one }
+    );
+    // Past the bound by far (60 of 600 chunks against 5): a sample says
     // so, and nothing is counted.
     assert_eq!(
-        walk(json!({"tag": "common"}), 2).await,
-        alone,
+        walk(json!({"tag": "tenth"}), 2).await,
+        FilteredPaths { sampled: 1, ..one },
         "a filter the sample finds broad is walked and not counted"
     );
     // Past the bound, but not by the sample's margin (6 chunks against
     // 5): counted, then walked.
-    assert!(
-        walk(json!({"tag": "rare"}), 3).await > alone,
+    assert_eq!(
+        walk(json!({"tag": "rare"}), 3).await,
+        FilteredPaths { counted: 1, ..one },
         "a filter near the bound is counted, then walked"
     );
 }

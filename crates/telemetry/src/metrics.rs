@@ -110,6 +110,35 @@ pub struct StandbyLabels {
     pub standby: u32,
 }
 
+/// How the database engine answered a filtered dense search.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum FilteredPath {
+    /// Ranked exactly.
+    Exact,
+    /// Counted past the exact bound, then walked.
+    Counted,
+    /// Found broad by a sample, then walked.
+    Sampled,
+    /// Walked with nothing tried first.
+    Walked,
+}
+
+impl EncodeLabelValue for FilteredPath {
+    fn encode(&self, e: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        e.write_str(match self {
+            FilteredPath::Exact => "exact",
+            FilteredPath::Counted => "counted",
+            FilteredPath::Sampled => "sampled",
+            FilteredPath::Walked => "walked",
+        })
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FilteredPathLabels {
+    pub path: FilteredPath,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BudgetLabels {
     pub stage: BudgetOf,
@@ -197,6 +226,7 @@ pub struct Metrics {
     index_mapped_bytes: Gauge,
     standby_lag_seconds: Family<StandbyLabels, Gauge<f64, AtomicU64>>,
     standby_usable: Family<StandbyLabels, Gauge>,
+    filtered_searches: Family<FilteredPathLabels, Counter>,
     first_chunk: Histogram,
     runs: [AtomicU64; Stage::ALL.len()],
     partial_total: AtomicU64,
@@ -244,6 +274,7 @@ impl Metrics {
             index_mapped_bytes: Gauge::default(),
             standby_lag_seconds: Family::default(),
             standby_usable: Family::default(),
+            filtered_searches: Family::default(),
             first_chunk: Histogram::new(LATENCY_BUCKETS.iter().copied()),
             runs: Default::default(),
             partial_total: AtomicU64::new(0),
@@ -299,6 +330,11 @@ impl Metrics {
             "ragtime_standby_usable",
             "1 while searches may read the standby (it answers, is close enough and has this replica's writes)",
             self.standby_usable.clone(),
+        );
+        r.register(
+            "ragtime_database_filtered_searches",
+            "Filtered dense searches in the database engine by path: exact (ranked exactly), counted or sampled (found past the exact bound, then walked), walked (nothing tried first)",
+            self.filtered_searches.clone(),
         );
         r.register(
             "ragtime_index_lag_seconds",
@@ -572,6 +608,20 @@ impl Metrics {
         self.standby_usable
             .get_or_create(&labels)
             .set(i64::from(usable));
+    }
+
+    /// The database engine's filtered dense searches since start, by how
+    /// each was answered (totals; the counters move to them).
+    pub fn set_filtered_searches(&self, totals: [(FilteredPath, u64); 4]) {
+        for (path, total) in totals {
+            let counter = self
+                .filtered_searches
+                .get_or_create(&FilteredPathLabels { path });
+            let now = counter.get();
+            if total > now {
+                counter.inc_by(total - now);
+            }
+        }
     }
 
     /// The budgets in force for new requests (`None`: the total).

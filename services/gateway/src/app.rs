@@ -382,7 +382,8 @@ async fn follow_store(pipeline: Arc<ragtime_pipeline::Pipeline>) {
 }
 
 /// Measures the standbys' lag (`database.read_urls`) for the choice of
-/// where searches read, and puts it on `/metrics`.
+/// where searches read, and puts it on `/metrics` with the database
+/// engine's filtered searches by path.
 async fn probe_standbys(pipeline: &ragtime_pipeline::Pipeline) {
     let store = &pipeline.corpus().store;
     if let Err(e) = store.probe_standbys().await {
@@ -393,6 +394,16 @@ async fn probe_standbys(pipeline: &ragtime_pipeline::Pipeline) {
         pipeline
             .metrics()
             .set_standby(i, s.usable, s.lag_ms as f64 / 1000.0);
+    }
+    if store.searches_in_database() {
+        use ragtime_telemetry::metrics::FilteredPath;
+        let p = store.filtered_paths();
+        pipeline.metrics().set_filtered_searches([
+            (FilteredPath::Exact, p.exact),
+            (FilteredPath::Counted, p.counted),
+            (FilteredPath::Sampled, p.sampled),
+            (FilteredPath::Walked, p.walked),
+        ]);
     }
 }
 

@@ -287,8 +287,9 @@ async fn follows(a: &TestApp, b: &TestApp) {
 /// A replica searching in PostgreSQL with a hot standby in
 /// `database.read_urls`: a search right after an ingest finds it (the
 /// primary serves until the standby has replayed it), searches then go
-/// to the standby (`/readyz` and `/metrics` say it is usable), and a
-/// standby that stops is passed over without an error.
+/// to the standby (`/readyz` and `/metrics` say it is usable; a filtered
+/// search is counted there by how it was answered), and a standby that
+/// stops is passed over without an error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs PostgreSQL with pgvector (RAGTIME_TEST_PGVECTOR_BIN)"]
 async fn needs_pgvector_searches_read_a_standby_and_survive_its_loss() {
@@ -324,6 +325,22 @@ async fn needs_pgvector_searches_read_a_standby_and_survive_its_loss() {
         metrics.contains("ragtime_standby_usable{standby=\"0\"} 1"),
         "{metrics}"
     );
+    // A filtered search the metadata index narrows to nothing is ranked
+    // exactly, and /metrics counts it by its path.
+    let none: Vec<String> = Vec::new();
+    assert_eq!(
+        find_ids(&app, "ATP", "dense", json!({"lang": "fr"})).await,
+        none
+    );
+    let t = Instant::now();
+    loop {
+        let metrics = app.get("/metrics").await.text().await.expect("metrics");
+        if metrics.contains("ragtime_database_filtered_searches_total{path=\"exact\"} 1") {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "{metrics}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     standby.stop();
     for _ in 0..5 {
         assert_eq!(find_ids(&app, "ATP", "hybrid", Value::Null).await, ["mito"]);
