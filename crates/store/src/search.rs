@@ -101,8 +101,8 @@ pub struct SearchLimits {
     pub exact_below: usize,
 }
 
-/// How the database engine answered the filtered dense searches since the
-/// store opened (`/metrics`: `ragtime_database_filtered_searches_total`):
+/// How the database engine answered the filtered dense searches (those
+/// that answered) since the store opened (`/metrics`: `ragtime_database_filtered_searches_total`):
 /// an admin reads from it whether filters are ranked exactly or walked,
 /// and what deciding cost.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -124,14 +124,18 @@ pub struct FilteredPaths {
 pub(crate) struct PathCounts([std::sync::atomic::AtomicU64; 4]);
 
 impl PathCounts {
-    fn count(&self, path: &Narrowed) {
-        let i = match path {
+    /// Where `path` is counted.
+    fn slot(path: &Narrowed) -> usize {
+        match path {
             Narrowed::Exact(_) => 0,
             Narrowed::Counted => 1,
             Narrowed::Sampled => 2,
             Narrowed::Walked => 3,
-        };
-        self.0[i].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    fn count(&self, slot: usize) {
+        self.0[slot].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -409,9 +413,9 @@ impl Store {
                 }
             },
         };
-        if let Some(path) = &path {
-            self.paths.count(path);
-        }
+        // Counted once the search has answered: one that fails here and
+        // runs again on the primary is one search.
+        let counted = path.as_ref().map(PathCounts::slot);
         let (sql, pre) = match path {
             // The few chunks that pass, every one ranked. The distances
             // are materialized before they are ordered: an order by the
@@ -457,6 +461,9 @@ impl Store {
         running.ended();
         let rows = rows?;
         tx.rollback().await?;
+        if let Some(slot) = counted {
+            self.paths.count(slot);
+        }
         Ok(rows
             .into_iter()
             .map(|r| found(r, |dist| (1.0 - dist) as f32, 0.0))

@@ -378,12 +378,12 @@ async fn follow_store(pipeline: Arc<ragtime_pipeline::Pipeline>) {
                 tracing::warn!(error = %e, "following the store's changes failed; trying again");
             }
         }
+        count_filtered_searches(&pipeline);
     }
 }
 
 /// Measures the standbys' lag (`database.read_urls`) for the choice of
-/// where searches read, and puts it on `/metrics` with the database
-/// engine's filtered searches by path.
+/// where searches read, and puts it on `/metrics`.
 async fn probe_standbys(pipeline: &ragtime_pipeline::Pipeline) {
     let store = &pipeline.corpus().store;
     if let Err(e) = store.probe_standbys().await {
@@ -395,8 +395,14 @@ async fn probe_standbys(pipeline: &ragtime_pipeline::Pipeline) {
             .metrics()
             .set_standby(i, s.usable, s.lag_ms as f64 / 1000.0);
     }
+}
+
+/// Puts the database engine's filtered searches, by how each was
+/// answered, on `/metrics`.
+fn count_filtered_searches(pipeline: &ragtime_pipeline::Pipeline) {
+    use ragtime_telemetry::metrics::FilteredPath;
+    let store = &pipeline.corpus().store;
     if store.searches_in_database() {
-        use ragtime_telemetry::metrics::FilteredPath;
         let p = store.filtered_paths();
         pipeline.metrics().set_filtered_searches([
             (FilteredPath::Exact, p.exact),

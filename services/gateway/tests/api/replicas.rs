@@ -335,7 +335,10 @@ async fn needs_pgvector_searches_read_a_standby_and_survive_its_loss() {
     let t = Instant::now();
     loop {
         let metrics = app.get("/metrics").await.text().await.expect("metrics");
-        if metrics.contains("ragtime_database_filtered_searches_total{path=\"exact\"} 1") {
+        if metrics
+            .lines()
+            .any(|l| l == "ragtime_database_filtered_searches_total{path=\"exact\"} 1")
+        {
             break;
         }
         assert!(t.elapsed() < Duration::from_secs(10), "{metrics}");
