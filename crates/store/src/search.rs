@@ -49,6 +49,7 @@ use ragtime_core::{Chunk, Filter};
 use sqlx::postgres::{PgArguments, Postgres};
 use sqlx::query::QueryAs;
 use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// A chunk as a search returns it, with its scores.
@@ -121,33 +122,34 @@ pub struct FilteredPaths {
 
 /// The counts behind [`FilteredPaths`], shared by a store's clones.
 #[derive(Debug, Default)]
-pub(crate) struct PathCounts([std::sync::atomic::AtomicU64; 4]);
+pub(crate) struct PathCounts {
+    exact: AtomicU64,
+    counted: AtomicU64,
+    sampled: AtomicU64,
+    walked: AtomicU64,
+}
 
 impl PathCounts {
     /// Where `path` is counted.
-    fn slot(path: &Narrowed) -> usize {
+    fn of(&self, path: &Narrowed) -> &AtomicU64 {
         match path {
-            Narrowed::Exact(_) => 0,
-            Narrowed::Counted => 1,
-            Narrowed::Sampled => 2,
-            Narrowed::Walked => 3,
+            Narrowed::Exact(_) => &self.exact,
+            Narrowed::Counted => &self.counted,
+            Narrowed::Sampled => &self.sampled,
+            Narrowed::Walked => &self.walked,
         }
-    }
-
-    fn count(&self, slot: usize) {
-        self.0[slot].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
 impl Store {
     /// How filtered dense searches were answered since the store opened.
     pub fn filtered_paths(&self) -> FilteredPaths {
-        let n = |i: usize| self.paths.0[i].load(std::sync::atomic::Ordering::Relaxed);
+        let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
         FilteredPaths {
-            exact: n(0),
-            counted: n(1),
-            sampled: n(2),
-            walked: n(3),
+            exact: n(&self.paths.exact),
+            counted: n(&self.paths.counted),
+            sampled: n(&self.paths.sampled),
+            walked: n(&self.paths.walked),
         }
     }
 }
@@ -415,7 +417,7 @@ impl Store {
         };
         // Counted once the search has answered: one that fails here and
         // runs again on the primary is one search.
-        let counted = path.as_ref().map(PathCounts::slot);
+        let counter = path.as_ref().map(|path| self.paths.of(path));
         let (sql, pre) = match path {
             // The few chunks that pass, every one ranked. The distances
             // are materialized before they are ordered: an order by the
@@ -461,8 +463,8 @@ impl Store {
         running.ended();
         let rows = rows?;
         tx.rollback().await?;
-        if let Some(slot) = counted {
-            self.paths.count(slot);
+        if let Some(counter) = counter {
+            counter.fetch_add(1, Ordering::Relaxed);
         }
         Ok(rows
             .into_iter()
