@@ -43,6 +43,7 @@ pub struct Condition {
 pub fn compile(filter: &Filter, meta: &str, first: usize) -> Condition {
     let mut c = Compiler {
         meta,
+        document: None,
         next: first,
         binds: Vec::new(),
     };
@@ -55,6 +56,8 @@ pub fn compile(filter: &Filter, meta: &str, first: usize) -> Condition {
 
 struct Compiler<'a> {
     meta: &'a str,
+    /// The document's id and collection, for [`index_condition`]'s ranges.
+    document: Option<&'a Documents<'a>>,
     next: usize,
     binds: Vec<Bind>,
 }
@@ -184,24 +187,46 @@ impl Compiler<'_> {
 /// Magnitudes below this are integers an `f64` holds exactly.
 const EXACT_INTEGERS: f64 = 9_007_199_254_740_992.0;
 
-/// A condition that an index on `meta` (GIN, `jsonb_path_ops`) can answer
-/// and that every document passing `filter` passes too (a superset), so
-/// `index AND exact` selects what the exact condition selects, from the
-/// index's few rows instead of every document's metadata. `None` where no
-/// such condition is known: a range, a negation, a date (equal instants
-/// are written in many ways), a dotted path (the key as written or the
-/// nested object), and a number of 2^53 or more.
+/// Where [`index_condition`] finds a document: SQL for its metadata as
+/// `jsonb`, its id, and the collection searched (a placeholder).
+#[derive(Debug, Clone, Copy)]
+pub struct Documents<'a> {
+    pub meta: &'a str,
+    pub id: &'a str,
+    pub collection: &'a str,
+}
+
+/// A condition that an index can answer and that every document passing
+/// `filter` passes too (a superset), so `index AND exact` selects what the
+/// exact condition selects, from the index's few rows instead of every
+/// document's metadata. `None` where no such condition is known: a
+/// negation, a string range, an equality on a date (equal instants are
+/// written in many ways), a dotted path (the key as written or the nested
+/// object), and an equality on a number of 2^53 or more.
 ///
 /// An equality `{"f": v}` passes when the value is `v` or an array holding
-/// it, so it reads `meta @> {"f": v} OR meta @> {"f": [v]}`. Strings and
-/// booleans are equal in `jsonb` exactly when they are in Rust. Numbers:
-/// the filter language compares `f64`s; stored metadata is written by
-/// `serde_json` (the shortest decimal that reads back as its `f64`, or
-/// an integer), and `jsonb` compares decimals by value, so below 2^53 a
-/// stored number equals `v` as a decimal exactly when it does as an `f64`.
-pub fn index_condition(filter: &Filter, meta: &str, first: usize) -> Option<Condition> {
+/// it, so it reads `meta @> {"f": v} OR meta @> {"f": [v]}` (GIN,
+/// `jsonb_path_ops`). Strings and booleans are equal in `jsonb` exactly
+/// when they are in Rust. Numbers: the filter language compares `f64`s;
+/// stored metadata is written by `serde_json` (the shortest decimal that
+/// reads back as its `f64`, or an integer), and `jsonb` compares decimals
+/// by value, so below 2^53 a stored number equals `v` as a decimal exactly
+/// when it does as an `f64`.
+///
+/// A range on a number or a date reads `document_values`
+/// ([`DOCUMENT_VALUES`]): every number and RFC 3339 date under a
+/// top-level key, and in an array there, as the `float8` the exact
+/// condition compares (a date as its milliseconds, which a `float8` holds
+/// exactly), B-tree indexed by collection, key, kind and value. A document
+/// passes `{"f": {"$gt": x}}` when its value, or one element, is past `x`,
+/// so the rows past `x` hold every one. Bounds on one key under `$and`
+/// read one range, not two: a single value passes both bounds only if it
+/// lies between them, but an array passes when one element passes each,
+/// so the documents with an array under the key are added whole.
+pub fn index_condition(filter: &Filter, on: &Documents<'_>, first: usize) -> Option<Condition> {
     let mut c = Compiler {
-        meta,
+        meta: on.meta,
+        document: Some(on),
         next: first,
         binds: Vec::new(),
     };
@@ -212,6 +237,38 @@ pub fn index_condition(filter: &Filter, meta: &str, first: usize) -> Option<Cond
     })
 }
 
+/// A bound of a range filter on one key: `value op bound`.
+struct Bound {
+    op: &'static str,
+    value: f64,
+}
+
+/// The range `f` reads in `document_values`: its key, the kind of value
+/// (`n` a number, `d` a date) and its bound; `None` for anything else.
+fn range(f: &Filter) -> Option<(&str, char, Bound)> {
+    let Filter::Cmp { field, op, value } = f else {
+        return None;
+    };
+    let op = match op {
+        Cmp::Gt => ">",
+        Cmp::Gte => ">=",
+        Cmp::Lt => "<",
+        Cmp::Lte => "<=",
+        Cmp::Eq | Cmp::Ne => return None,
+    };
+    let (kind, value) = match value {
+        Scalar::Number(n) => ('n', *n),
+        // Milliseconds within years 0–9999 are far below 2^53.
+        Scalar::Date(ms, _) => ('d', *ms as f64),
+        Scalar::String(_) | Scalar::Bool(_) => return None,
+    };
+    (!field.contains('.') && value.is_finite()).then_some((
+        field.as_str(),
+        kind,
+        Bound { op, value },
+    ))
+}
+
 impl Compiler<'_> {
     fn contains(&mut self, f: &Filter) -> Option<String> {
         match f {
@@ -220,15 +277,37 @@ impl Compiler<'_> {
                 op: Cmp::Eq,
                 value,
             } => self.holds(field, std::slice::from_ref(value)),
+            Filter::Cmp { .. } => {
+                let (field, kind, bound) = range(f)?;
+                self.values(field, kind, &[bound])
+            }
             Filter::In {
                 field,
                 values,
                 negate: false,
             } => self.holds(field, values),
             // Each part that has one narrows the rows; the rest are left
-            // to the exact condition.
+            // to the exact condition. Bounds on one key and kind are one
+            // range.
             Filter::And(fs) => {
-                let parts: Vec<String> = fs.iter().filter_map(|f| self.attempt(f)).collect();
+                let mut ranges: Vec<(&str, char, Vec<Bound>)> = Vec::new();
+                let mut rest = Vec::new();
+                for f in fs {
+                    match range(f) {
+                        Some((field, kind, bound)) => {
+                            match ranges.iter_mut().find(|r| r.0 == field && r.1 == kind) {
+                                Some(r) => r.2.push(bound),
+                                None => ranges.push((field, kind, vec![bound])),
+                            }
+                        }
+                        None => rest.push(f),
+                    }
+                }
+                let mut parts: Vec<String> = Vec::new();
+                for (field, kind, bounds) in &ranges {
+                    parts.extend(self.values(field, *kind, bounds));
+                }
+                parts.extend(rest.into_iter().filter_map(|f| self.attempt(f)));
                 (!parts.is_empty()).then(|| format!("({})", parts.join(" AND ")))
             }
             // Every branch needs one, or the rows of the one without it
@@ -251,6 +330,27 @@ impl Compiler<'_> {
             self.binds.truncate(bound);
         }
         found
+    }
+
+    /// The documents holding a `kind` value under `field` within every
+    /// one of `bounds` (more than one: or an array under it).
+    fn values(&mut self, field: &str, kind: char, bounds: &[Bound]) -> Option<String> {
+        let on = self.document?;
+        let key = self.bind(Bind::Text(field.to_owned()));
+        let scope = format!(
+            "SELECT v.document_id FROM document_values v WHERE v.collection_id = {} \
+             AND v.field = {key}::text AND v.kind = '{kind}'",
+            on.collection
+        );
+        let mut within = scope.clone();
+        for b in bounds {
+            let p = self.bind(Bind::Float(b.value));
+            within.push_str(&format!(" AND v.value {} {p}::float8", b.op));
+        }
+        if bounds.len() > 1 {
+            within.push_str(&format!(" UNION ALL {scope} AND v.in_array"));
+        }
+        Some(format!("{} IN ({within})", on.id))
     }
 
     /// `meta` holds `field` equal to one of `values`, or an array with one.
@@ -318,6 +418,68 @@ BEGIN
 END
 $fn$"#;
 
+/// `document_values` and what keeps it current: a row for every number
+/// and every RFC 3339 date a document's metadata holds under a top-level
+/// key, or as an element of an array there (`in_array`), with the value
+/// the exact condition compares (`(v #>> '{}')::float8`; a date's
+/// `ragtime_rfc3339_ms`). Range filters read it through its B-tree
+/// ([`index_condition`]). A trigger writes a document's rows in the
+/// document's own transaction, from any process; a document's removal
+/// takes its rows with it. Made with the engine's schema, after
+/// [`RFC3339_FUNCTION`]; the caller fills it in for documents written
+/// before it existed ([`DOCUMENT_VALUES_FILL`]).
+pub const DOCUMENT_VALUES: [&str; 7] = [
+    "CREATE TABLE IF NOT EXISTS document_values (\
+     document_id BIGINT NOT NULL REFERENCES documents(id) ON DELETE CASCADE, \
+     collection_id BIGINT NOT NULL, field TEXT NOT NULL, kind \"char\" NOT NULL, \
+     value FLOAT8 NOT NULL, in_array BOOLEAN NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS document_values_range ON document_values \
+     (collection_id, field, kind, value) INCLUDE (document_id)",
+    "CREATE INDEX IF NOT EXISTS document_values_arrays ON document_values \
+     (collection_id, field, kind) INCLUDE (document_id) WHERE in_array",
+    "CREATE INDEX IF NOT EXISTS document_values_document ON document_values (document_id)",
+    r#"CREATE OR REPLACE FUNCTION ragtime_values(meta jsonb)
+RETURNS TABLE (field text, kind "char", value float8, in_array boolean)
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
+SELECT e.key, x.kind, x.value, el.in_array
+FROM jsonb_each(CASE WHEN jsonb_typeof(meta) = 'object' THEN meta ELSE '{}'::jsonb END) e
+CROSS JOIN LATERAL (
+    SELECT e.value, false WHERE jsonb_typeof(e.value) <> 'array'
+    UNION ALL
+    SELECT a.v, true FROM jsonb_array_elements(
+        CASE WHEN jsonb_typeof(e.value) = 'array' THEN e.value ELSE '[]'::jsonb END) a(v)
+) el(v, in_array)
+CROSS JOIN LATERAL (
+    SELECT 'n'::"char", CASE WHEN jsonb_typeof(el.v) = 'number' THEN (el.v #>> '{}')::float8 END
+    UNION ALL
+    SELECT 'd'::"char", CASE WHEN jsonb_typeof(el.v) = 'string'
+        THEN ragtime_rfc3339_ms(el.v #>> '{}')::float8 END
+) x(kind, value)
+WHERE x.value IS NOT NULL
+$fn$"#,
+    r#"CREATE OR REPLACE FUNCTION ragtime_document_values() RETURNS trigger
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF TG_OP = 'UPDATE' THEN
+        DELETE FROM document_values WHERE document_id = NEW.id;
+    END IF;
+    INSERT INTO document_values (document_id, collection_id, field, kind, value, in_array)
+    SELECT NEW.id, NEW.collection_id, v.field, v.kind, v.value, v.in_array
+    FROM ragtime_values(NEW.metadata::jsonb) v;
+    RETURN NULL;
+END
+$fn$"#,
+    "CREATE OR REPLACE TRIGGER documents_values AFTER INSERT OR UPDATE OF metadata \
+     ON documents FOR EACH ROW EXECUTE FUNCTION ragtime_document_values()",
+];
+
+/// Fills `document_values` for every document (once, when the table is
+/// made: the trigger keeps it from then on).
+pub const DOCUMENT_VALUES_FILL: &str = "INSERT INTO document_values \
+     (document_id, collection_id, field, kind, value, in_array) \
+     SELECT d.id, d.collection_id, v.field, v.kind, v.value, v.in_array \
+     FROM documents d CROSS JOIN LATERAL ragtime_values(d.metadata::jsonb) v";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -356,12 +518,21 @@ mod tests {
         assert!(!c.sql.contains("COALESCE"), "{}", c.sql);
     }
 
+    /// The index condition for filter `v` in documents `d`, metadata `m`,
+    /// collection `$9`, from `$1`.
+    fn cond(v: serde_json::Value) -> Option<Condition> {
+        let on = Documents {
+            meta: "m",
+            id: "d.id",
+            collection: "$9",
+        };
+        index_condition(&Filter::parse(&v, "f").expect("parse"), &on, 1)
+    }
+
     #[test]
     fn an_index_condition_is_a_containment_only_where_it_holds_every_match() {
-        let cond =
-            |v: serde_json::Value| index_condition(&Filter::parse(&v, "f").expect("parse"), "m", 1);
-        let c = cond(json!({"lang": "en", "year": {"$gte": 2020}})).expect("the equality");
-        assert_eq!(c.sql, "((m @> $1::text::jsonb OR m @> $2::text::jsonb))");
+        let c = cond(json!({"lang": "en"})).expect("the equality");
+        assert_eq!(c.sql, "(m @> $1::text::jsonb OR m @> $2::text::jsonb)");
         assert_eq!(
             c.binds,
             [
@@ -375,7 +546,7 @@ mod tests {
         assert!(cond(json!({"$or": [{"a": 1}, {"b": 2}]})).is_some());
         // A part without one binds nothing.
         let c = cond(json!({"$and": [
-            {"$or": [{"lang": "de"}, {"year": {"$gt": 1}}]},
+            {"$or": [{"lang": "de"}, {"lang": {"$gt": "e"}}]},
             {"n": {"$in": [1, "2024-05-01"]}},
             {"ok": true}
         ]}))
@@ -383,16 +554,65 @@ mod tests {
         assert_eq!(c.sql, "((m @> $1::text::jsonb OR m @> $2::text::jsonb))");
         assert_eq!(c.binds.len(), 2, "{:?}", c.binds);
         for none in [
-            json!({"year": {"$gte": 2020}}),
+            json!({"lang": {"$gte": "en"}}),
             json!({"lang": {"$ne": "en"}}),
             json!({"lang": {"$nin": ["en"]}}),
             json!({"$not": {"lang": "en"}}),
-            json!({"$or": [{"lang": "en"}, {"year": {"$lt": 3}}]}),
+            json!({"$not": {"year": {"$gt": 3}}}),
+            json!({"$or": [{"lang": "en"}, {"year": {"$ne": 3}}]}),
             json!({"at": "2024-05-01"}),
             json!({"source.year": 2019}),
+            json!({"source.year": {"$gt": 2019}}),
             json!({"n": 9_007_199_254_740_993_u64}),
         ] {
             assert!(cond(none.clone()).is_none(), "{none}");
         }
+    }
+
+    #[test]
+    fn a_range_reads_the_values_of_its_key_and_one_keys_bounds_read_one_range() {
+        let c = cond(json!({"year": {"$gte": 2020}})).expect("a number's range");
+        assert_eq!(
+            c.sql,
+            "d.id IN (SELECT v.document_id FROM document_values v WHERE v.collection_id = $9 \
+             AND v.field = $1::text AND v.kind = 'n' AND v.value >= $2::float8)"
+        );
+        assert_eq!(c.binds, [Bind::Text("year".into()), Bind::Float(2020.0)]);
+        let c = cond(json!({"at": {"$lt": "1970-01-02"}})).expect("a date's range");
+        assert!(
+            c.sql.contains("v.kind = 'd' AND v.value < $2::float8"),
+            "{}",
+            c.sql
+        );
+        assert_eq!(c.binds[1], Bind::Float(86_400_000.0));
+        // Two bounds on one key: one range, and the documents holding an
+        // array there (each bound may pass on another element).
+        let c = cond(json!({"$and": [{"year": {"$gt": 2000, "$lte": 2010}}, {"lang": "en"}]}))
+            .expect("both");
+        assert_eq!(c.sql.matches("document_values").count(), 2, "{}", c.sql);
+        assert!(
+            c.sql
+                .contains("v.value > $2::float8 AND v.value <= $3::float8 UNION ALL"),
+            "{}",
+            c.sql
+        );
+        assert!(
+            c.sql
+                .ends_with("AND v.in_array)) AND (m @> $4::text::jsonb OR m @> $5::text::jsonb))"),
+            "{}",
+            c.sql
+        );
+        // A number's bounds and a date's on one key are two ranges.
+        let c = cond(json!({"$and": [{"k": {"$gt": 1}}, {"k": {"$lt": "2024-01-01"}}]}))
+            .expect("two kinds");
+        assert_eq!(c.sql.matches(" IN (").count(), 2, "{}", c.sql);
+        assert!(!c.sql.contains("in_array"), "{}", c.sql);
+        // Every branch of an $or has one.
+        let c = cond(json!({"$or": [{"year": {"$lt": 3}}, {"lang": "en"}]})).expect("or");
+        assert!(
+            c.sql.starts_with("(d.id IN (") && c.sql.contains(" OR "),
+            "{}",
+            c.sql
+        );
     }
 }

@@ -17,7 +17,10 @@
 //! - `chunks.tsv` (section and text) and `documents.tsv` (title weighted
 //!   `A`, then every chunk's section and text), English stemming, GIN
 //!   indexed; `documents.meta`, the metadata as `jsonb`, for filters;
-//! - `ragtime_rfc3339_ms`, for date filters ([`crate::filter_sql`]).
+//! - `ragtime_rfc3339_ms`, for date filters ([`crate::filter_sql`]);
+//! - `document_values`, every number and date in a document's metadata
+//!   as a row, kept by a trigger, for range filters
+//!   ([`crate::filter_sql::DOCUMENT_VALUES`]).
 //!
 //! Once enabled, every chunk write also writes its `dense` vector, and a
 //! document's `tsv`, in the write's own transaction — by any process on
@@ -38,11 +41,15 @@
 //! the nearest it reaches, and the few that pass lie scattered among
 //! nearer ones that do not (at 1M chunks a 1 % filter's walk found 0.71
 //! of the ten nearest). Where the filter has an equality the metadata
-//! index (GIN on `documents.meta`) can answer, the chunks that pass are
-//! counted through it, and up to `SearchLimits::exact_below` of them are
-//! ranked exactly, as the in-memory engine scans a small allowed set.
+//! index (GIN on `documents.meta`) can answer, or a range on a number or
+//! a date (`document_values`), the chunks that pass are counted through
+//! it, and up to `SearchLimits::exact_below` of them are ranked exactly,
+//! as the in-memory engine scans a small allowed set.
 
-use crate::filter_sql::{Bind, Condition, RFC3339_FUNCTION, compile, index_condition};
+use crate::filter_sql::{
+    Bind, Condition, DOCUMENT_VALUES, DOCUMENT_VALUES_FILL, Documents, RFC3339_FUNCTION, compile,
+    index_condition,
+};
 use crate::standbys::Read;
 use crate::{Pool, Store, StoreError};
 use ragtime_core::{Chunk, Filter};
@@ -115,8 +122,8 @@ pub struct FilteredPaths {
     pub counted: u64,
     /// Found broad by a sample of the documents, walked without a count.
     pub sampled: u64,
-    /// Walked with nothing to try first (no index condition: ranges,
-    /// negations; or exact ranking switched off).
+    /// Walked with nothing to try first (no index condition: negations,
+    /// ranges on strings, dotted keys; or exact ranking switched off).
     pub walked: u64,
 }
 
@@ -298,6 +305,15 @@ impl Store {
         ];
         for sql in statements {
             sqlx::query(&sql).execute(&mut *tx).await?;
+        }
+        let values_made: bool =
+            sqlx::query_scalar("SELECT to_regclass('document_values') IS NOT NULL")
+                .fetch_one(&mut *tx)
+                .await?;
+        if !values_made {
+            for sql in DOCUMENT_VALUES.into_iter().chain([DOCUMENT_VALUES_FILL]) {
+                sqlx::query(sql).execute(&mut *tx).await?;
+            }
         }
         let columns = [
             ("chunks", "dense", "halfvec".to_owned()),
@@ -736,7 +752,12 @@ async fn narrowed(
     after: usize,
     most: usize,
 ) -> Result<Narrowed, sqlx::Error> {
-    let Some(pre) = index_condition(filter, "d.meta", 4 + after) else {
+    let on = |collection| Documents {
+        meta: "d.meta",
+        id: "d.id",
+        collection,
+    };
+    let Some(pre) = index_condition(filter, &on("$2"), 4 + after) else {
         return Ok(Narrowed::Walked);
     };
     if broad_by_sample(tx, collection_id, filter, most).await? {
@@ -745,7 +766,7 @@ async fn narrowed(
     // The count's own numbering: $1 the collection, $2 the bound, and the
     // conditions' placeholders moved down by one.
     let count_cond = compile(filter, "d.meta", 3);
-    let Some(count_pre) = index_condition(filter, "d.meta", 3 + after) else {
+    let Some(count_pre) = index_condition(filter, &on("$1"), 3 + after) else {
         return Ok(Narrowed::Walked);
     };
     // A join with a limit, so that the count streams and stops at the

@@ -76,6 +76,8 @@ fn metadata() -> Vec<Value> {
         json!({"at": "2024-02-30", "year": 1e3, "ok": "true"}),
         json!({"at": "2024-05-01T12:00:00.5-00:30", "tags": [["nested"]], "lang": "fr"}),
         json!({}),
+        json!({"year": [1990, 2010], "at": ["2023-01-01", "2025-01-01T00:00:00Z"], "tags": [3, "2024-05-01"]}),
+        json!({"year": -0.0, "at": 20240501, "tags": ["2024-05-01T12:00:00Z"]}),
     ]
 }
 
@@ -120,6 +122,18 @@ fn filters() -> Vec<Value> {
         json!({"tags": {"$in": ["bio", 1]}}),
         json!({"$and": [{"$or": [{"lang": "de"}, {"year": {"$gt": 1}}]}, {"ok": true}]}),
         json!({"$or": [{"lang": "en"}, {"tags": "x"}]}),
+        // Ranges the values' index answers: bounds on one key that an
+        // array passes on two elements, dates in arrays, a range and an
+        // equality, ranges in every branch of an $or.
+        json!({"year": {"$gte": 2000, "$lte": 2001}}),
+        json!({"year": {"$lte": 1e3}}),
+        json!({"year": {"$gte": 0}}),
+        json!({"at": {"$gt": "2024-01-01", "$lt": "2024-06-01"}}),
+        json!({"at": {"$gte": "2024-12-31T23:00:00-02:00"}}),
+        json!({"tags": {"$gt": 2, "$lt": "2025-01-01"}}),
+        json!({"tags": {"$lte": "2024-05-01T12:00:00Z"}}),
+        json!({"$and": [{"year": {"$lt": 2021}}, {"lang": "en"}]}),
+        json!({"$or": [{"year": {"$lt": 1995}}, {"lang": "fr"}]}),
     ]
 }
 
@@ -230,7 +244,12 @@ async fn needs_pgvector_a_selective_filter_is_ranked_exactly_without_the_graph()
         if tag == "rare" {
             rare.push(i);
         }
-        let d = doc(&format!("d{i}"), &json!({"tag": tag}), "words", vector(i));
+        let d = doc(
+            &format!("d{i}"),
+            &json!({"tag": tag, "n": i}),
+            "words",
+            vector(i),
+        );
         store.upsert_document(coll, &d).await.expect("upsert");
     }
     sqlx::query("ANALYZE")
@@ -267,16 +286,24 @@ async fn needs_pgvector_a_selective_filter_is_ranked_exactly_without_the_graph()
     let before = graph_walks().await;
     let q = unit([1.0, 0.2, 0.0, 0.5]);
     let cos = |v: &[f32]| v.iter().zip(&q).map(|(a, b)| a * b).sum::<f32>();
-    rare.sort_by(|a, b| cos(&vector(*b)).total_cmp(&cos(&vector(*a))));
-    let want: Vec<String> = rare.iter().take(4).map(|i| format!("d{i}")).collect();
-    let filter = Filter::parse(&json!({"tag": "rare"}), "filter").expect("filter");
-    let found: Vec<String> = store
-        .dense_search(coll, &q, 4, &filter, LIMITS)
-        .await
-        .expect("exact")
-        .into_iter()
-        .map(|c| c.chunk.external_id)
-        .collect();
+    // The four nearest of `passing`, and what the search finds for `f`.
+    let exact = |mut passing: Vec<usize>, f: Value| {
+        let (store, q) = (&store, &q);
+        passing.sort_by(|a, b| cos(&vector(*b)).total_cmp(&cos(&vector(*a))));
+        let want: Vec<String> = passing.iter().take(4).map(|i| format!("d{i}")).collect();
+        async move {
+            let filter = Filter::parse(&f, "filter").expect("filter");
+            let found: Vec<String> = store
+                .dense_search(coll, q, 4, &filter, LIMITS)
+                .await
+                .expect("exact")
+                .into_iter()
+                .map(|c| c.chunk.external_id)
+                .collect();
+            (found, want)
+        }
+    };
+    let (found, want) = exact(rare, json!({"tag": "rare"})).await;
     assert_eq!(found, want);
     assert_eq!(
         store.filtered_paths(),
@@ -287,6 +314,17 @@ async fn needs_pgvector_a_selective_filter_is_ranked_exactly_without_the_graph()
     );
     // The chunks that pass were found through the metadata index.
     wait_for("documents_meta", metadata_reads).await;
+    // So is a selective range, through the values' index.
+    let range_reads = scans("document_values_range").await;
+    let (found, want) = exact((590..600).collect(), json!({"n": {"$gte": 590}})).await;
+    assert_eq!(found, want);
+    assert_eq!(
+        store.filtered_paths().exact,
+        2,
+        "the range was ranked exactly"
+    );
+    wait_for("document_values_range", range_reads).await;
+    assert_eq!(graph_walks().await, before, "nothing walked the graph");
     let graph = SearchLimits {
         exact_below: 5,
         ..LIMITS
@@ -320,17 +358,23 @@ async fn needs_pgvector_a_selective_filter_is_ranked_exactly_without_the_graph()
         walk(json!({"tag": {"$ne": "rare"}}), 1).await,
         FilteredPaths { walked: 1, ..one }
     );
+    // A range ten times the bound is sampled as an equality is.
+    assert_eq!(
+        walk(json!({"n": {"$lt": 60}}), 2).await,
+        FilteredPaths { sampled: 1, ..one },
+        "a broad range is walked and not counted"
+    );
     // Past the bound by far (60 of 600 chunks against 5): a sample says
     // so, and nothing is counted.
     assert_eq!(
-        walk(json!({"tag": "tenth"}), 2).await,
+        walk(json!({"tag": "tenth"}), 3).await,
         FilteredPaths { sampled: 1, ..one },
         "a filter the sample finds broad is walked and not counted"
     );
     // Past the bound, but not by the sample's margin (6 chunks against
     // 5): counted, then walked.
     assert_eq!(
-        walk(json!({"tag": "rare"}), 3).await,
+        walk(json!({"tag": "rare"}), 4).await,
         FilteredPaths { counted: 1, ..one },
         "a filter near the bound is counted, then walked"
     );
@@ -434,13 +478,58 @@ async fn needs_pgvector_an_existing_corpus_is_filled_in_and_the_dimension_is_kep
     let (store, url) = pgvector_store(&server, "ragtime_fill").await;
     let c = store.ensure_collection("c").await.expect("c");
     for i in 0..3 {
-        store
-            .upsert_document(c, &numbered(i))
-            .await
-            .expect("upsert");
+        let d = NewDocument {
+            metadata: json!({"n": i}).to_string(),
+            ..numbered(i)
+        };
+        store.upsert_document(c, &d).await.expect("upsert");
     }
     assert_eq!(store.enable_database_search(4).await.expect("enable"), 3);
     assert_eq!(store.enable_database_search(4).await.expect("again"), 0);
+    // A range is ranked through the values of documents written before.
+    let in_range = |f: Value| {
+        let store = &store;
+        async move {
+            let filter = Filter::parse(&f, "filter").expect("filter");
+            let found = store
+                .dense_search(c, &unit([1.0, 0.0, 0.0, 0.0]), 5, &filter, LIMITS)
+                .await
+                .expect("range");
+            found
+                .into_iter()
+                .map(|f| f.chunk.external_id)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(in_range(json!({"n": {"$gte": 1}})).await, ["d1", "d2"]);
+    assert_eq!(store.filtered_paths().exact, 1, "ranked exactly");
+    // A document's new metadata replaces its values; a removed one
+    // takes them with it.
+    let moved = NewDocument {
+        metadata: json!({"n": [7, -1]}).to_string(),
+        content_hash: "moved".into(),
+        ..numbered(0)
+    };
+    store.upsert_document(c, &moved).await.expect("upsert");
+    assert!(
+        store
+            .delete_document(c, "d2")
+            .await
+            .expect("delete")
+            .is_some()
+    );
+    assert_eq!(in_range(json!({"n": {"$gte": 1}})).await, ["d0", "d1"]);
+    assert_eq!(in_range(json!({"n": {"$gt": 0, "$lt": 1}})).await, ["d0"]);
+    assert_eq!(in_range(json!({"n": {"$lt": 0}})).await, ["d0"]);
+    let values: i64 = sqlx::query_scalar("SELECT count(*) FROM document_values")
+        .fetch_one(&sqlx::PgPool::connect(&url).await.expect("connect"))
+        .await
+        .expect("values");
+    assert_eq!(values, 3, "d0's two and d1's one");
+    store
+        .upsert_document(c, &numbered(2))
+        .await
+        .expect("upsert");
     let found = store
         .dense_search(c, &unit([1.0, 2.0, 0.0, 0.0]), 1, &Filter::All, LIMITS)
         .await
