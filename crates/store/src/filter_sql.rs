@@ -350,7 +350,11 @@ impl Compiler<'_> {
         if bounds.len() > 1 {
             within.push_str(&format!(" UNION ALL {scope} AND v.in_array"));
         }
-        Some(format!("{} IN ({within})", on.id))
+        // The ids as one array (an init plan, read once): the planner
+        // then looks each document up once, where `IN` joined the chunks
+        // first and looked their document up for each (at 1M chunks, a
+        // 1 % range's count 187 ms against 33).
+        Some(format!("{} = ANY (ARRAY({within}))", on.id))
     }
 
     /// `meta` holds `field` equal to one of `values`, or an array with one.
@@ -574,8 +578,8 @@ mod tests {
         let c = cond(json!({"year": {"$gte": 2020}})).expect("a number's range");
         assert_eq!(
             c.sql,
-            "d.id IN (SELECT v.document_id FROM document_values v WHERE v.collection_id = $9 \
-             AND v.field = $1::text AND v.kind = 'n' AND v.value >= $2::float8)"
+            "d.id = ANY (ARRAY(SELECT v.document_id FROM document_values v WHERE v.collection_id = $9 \
+             AND v.field = $1::text AND v.kind = 'n' AND v.value >= $2::float8))"
         );
         assert_eq!(c.binds, [Bind::Text("year".into()), Bind::Float(2020.0)]);
         let c = cond(json!({"at": {"$lt": "1970-01-02"}})).expect("a date's range");
@@ -598,19 +602,19 @@ mod tests {
         );
         assert!(
             c.sql
-                .ends_with("AND v.in_array)) AND (m @> $4::text::jsonb OR m @> $5::text::jsonb))"),
+                .ends_with("AND v.in_array))) AND (m @> $4::text::jsonb OR m @> $5::text::jsonb))"),
             "{}",
             c.sql
         );
         // A number's bounds and a date's on one key are two ranges.
         let c = cond(json!({"$and": [{"k": {"$gt": 1}}, {"k": {"$lt": "2024-01-01"}}]}))
             .expect("two kinds");
-        assert_eq!(c.sql.matches(" IN (").count(), 2, "{}", c.sql);
+        assert_eq!(c.sql.matches(" = ANY (").count(), 2, "{}", c.sql);
         assert!(!c.sql.contains("in_array"), "{}", c.sql);
         // Every branch of an $or has one.
         let c = cond(json!({"$or": [{"year": {"$lt": 3}}, {"lang": "en"}]})).expect("or");
         assert!(
-            c.sql.starts_with("(d.id IN (") && c.sql.contains(" OR "),
+            c.sql.starts_with("(d.id = ANY (") && c.sql.contains(" OR "),
             "{}",
             c.sql
         );

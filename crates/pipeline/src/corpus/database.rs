@@ -59,15 +59,15 @@ pub fn ef_search_for(configured: usize, k: usize, chunks: usize) -> usize {
     growth.ef_for(chunks).max(k).clamp(1, EF_SEARCH_MAX)
 }
 
-/// Chunks up to which a filtered dense search that the metadata index can
-/// narrow ranks every chunk that passes instead of walking the graph
+/// Chunks up to which a filtered dense search that the metadata indexes
+/// can narrow ranks every chunk that passes instead of walking the graph
 /// (`SearchLimits::exact_below`): at 1M chunks a 1 % filter's walk finds
 /// 0.93 of the ten nearest (m 24 graph, 1000 candidates), the exact
 /// ranking of its ≈ 10,000 chunks all of them, in ≈ 75 ms (each chunk's
 /// row is read for its vector; `ragtime-bench pgscale`, docs/scaling.md).
-/// A broader equality filter pays for counting this many before it walks,
-/// unless a sample of the documents finds it far broader (the store's
-/// `broad_by_sample`).
+/// A broader filter (an equality, or a range on a number or a date) pays
+/// for counting this many before it walks, unless a sample of the
+/// documents finds it far broader (the store's `broad_by_sample`).
 pub const DATABASE_EXACT_BELOW: usize = 20_000;
 
 /// The limits of one dense search of `k` chunks in the database: the
