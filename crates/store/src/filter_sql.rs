@@ -429,19 +429,17 @@ $fn$"#;
 /// `ragtime_rfc3339_ms`). Range filters read it through its B-tree
 /// ([`index_condition`]). A trigger writes a document's rows in the
 /// document's own transaction, from any process; a document's removal
-/// takes its rows with it. Made with the engine's schema, after
+/// takes its rows with it. A number a `float8` cannot hold (which
+/// `serde_json` never writes) has no row: the exact condition could not
+/// compare it either. Made with the engine's schema, after
 /// [`RFC3339_FUNCTION`]; the caller fills it in for documents written
-/// before it existed ([`DOCUMENT_VALUES_FILL`]).
-pub const DOCUMENT_VALUES: [&str; 7] = [
-    "CREATE TABLE IF NOT EXISTS document_values (\
-     document_id BIGINT NOT NULL REFERENCES documents(id) ON DELETE CASCADE, \
-     collection_id BIGINT NOT NULL, field TEXT NOT NULL, kind \"char\" NOT NULL, \
-     value FLOAT8 NOT NULL, in_array BOOLEAN NOT NULL)",
-    "CREATE INDEX IF NOT EXISTS document_values_range ON document_values \
-     (collection_id, field, kind, value) INCLUDE (document_id)",
-    "CREATE INDEX IF NOT EXISTS document_values_arrays ON document_values \
-     (collection_id, field, kind) INCLUDE (document_id) WHERE in_array",
-    "CREATE INDEX IF NOT EXISTS document_values_document ON document_values (document_id)",
+/// before it existed ([`DOCUMENT_VALUES_FILL`]), and makes
+/// [`VALUES_FUNCTIONS`] first.
+/// The functions behind `document_values`, made again at every start
+/// (they lock no table). They must give the values the exact condition
+/// compares: a change to what they store needs `document_values` filled
+/// again.
+pub const VALUES_FUNCTIONS: [&str; 2] = [
     r#"CREATE OR REPLACE FUNCTION ragtime_values(meta jsonb)
 RETURNS TABLE (field text, kind "char", value float8, in_array boolean)
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
@@ -454,7 +452,11 @@ CROSS JOIN LATERAL (
         CASE WHEN jsonb_typeof(e.value) = 'array' THEN e.value ELSE '[]'::jsonb END) a(v)
 ) el(v, in_array)
 CROSS JOIN LATERAL (
-    SELECT 'n'::"char", CASE WHEN jsonb_typeof(el.v) = 'number' THEN (el.v #>> '{}')::float8 END
+    SELECT 'n'::"char", CASE WHEN jsonb_typeof(el.v) = 'number'
+        AND abs((el.v #>> '{}')::numeric) <= 1.7976931348623157e308
+        AND (abs((el.v #>> '{}')::numeric) >= 4.9406564584124654e-324
+             OR (el.v #>> '{}')::numeric = 0)
+        THEN (el.v #>> '{}')::float8 END
     UNION ALL
     SELECT 'd'::"char", CASE WHEN jsonb_typeof(el.v) = 'string'
         THEN ragtime_rfc3339_ms(el.v #>> '{}')::float8 END
@@ -473,7 +475,19 @@ BEGIN
     RETURN NULL;
 END
 $fn$"#,
-    "CREATE OR REPLACE TRIGGER documents_values AFTER INSERT OR UPDATE OF metadata \
+];
+
+pub const DOCUMENT_VALUES: [&str; 5] = [
+    "CREATE TABLE IF NOT EXISTS document_values (\
+     document_id BIGINT NOT NULL REFERENCES documents(id) ON DELETE CASCADE, \
+     collection_id BIGINT NOT NULL, field TEXT NOT NULL, kind \"char\" NOT NULL, \
+     value FLOAT8 NOT NULL, in_array BOOLEAN NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS document_values_range ON document_values \
+     (collection_id, field, kind, value) INCLUDE (document_id)",
+    "CREATE INDEX IF NOT EXISTS document_values_arrays ON document_values \
+     (collection_id, field, kind) INCLUDE (document_id) WHERE in_array",
+    "CREATE INDEX IF NOT EXISTS document_values_document ON document_values (document_id)",
+    "CREATE TRIGGER documents_values AFTER INSERT OR UPDATE OF metadata, collection_id \
      ON documents FOR EACH ROW EXECUTE FUNCTION ragtime_document_values()",
 ];
 

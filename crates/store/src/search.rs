@@ -47,8 +47,8 @@
 //! as the in-memory engine scans a small allowed set.
 
 use crate::filter_sql::{
-    Bind, Condition, DOCUMENT_VALUES, DOCUMENT_VALUES_FILL, Documents, RFC3339_FUNCTION, compile,
-    index_condition,
+    Bind, Condition, DOCUMENT_VALUES, DOCUMENT_VALUES_FILL, Documents, RFC3339_FUNCTION,
+    VALUES_FUNCTIONS, compile, index_condition,
 };
 use crate::standbys::Read;
 use crate::{Pool, Store, StoreError};
@@ -123,7 +123,8 @@ pub struct FilteredPaths {
     /// Found broad by a sample of the documents, walked without a count.
     pub sampled: u64,
     /// Walked with nothing to try first (no index condition: negations,
-    /// ranges on strings, dotted keys; or exact ranking switched off).
+    /// ranges on strings, equalities on dates, dotted keys; or exact
+    /// ranking switched off).
     pub walked: u64,
 }
 
@@ -297,14 +298,22 @@ impl Store {
             Some(true) => {}
         }
         let mut tx = p.begin().await?;
+        // Each statement sees what committed before it (whatever the
+        // database's default): `document_values` is filled from the
+        // documents committed once its trigger holds the table's lock.
         let statements = [
+            "SET TRANSACTION ISOLATION LEVEL READ COMMITTED".to_owned(),
             format!("SELECT pg_advisory_xact_lock({LOCK_SCHEMA})"),
-            "CREATE EXTENSION IF NOT EXISTS vector".to_owned(),
+            "CREATE EXTENSION IF NOT EXISTS vector".into(),
             "CREATE TABLE IF NOT EXISTS search_schema (id INTEGER PRIMARY KEY CHECK (id = 1), dim INTEGER NOT NULL)".into(),
             RFC3339_FUNCTION.into(),
         ];
-        for sql in statements {
-            sqlx::query(&sql).execute(&mut *tx).await?;
+        for sql in statements
+            .iter()
+            .map(String::as_str)
+            .chain(VALUES_FUNCTIONS)
+        {
+            sqlx::query(sql).execute(&mut *tx).await?;
         }
         let values_made: bool =
             sqlx::query_scalar("SELECT to_regclass('document_values') IS NOT NULL")
@@ -770,7 +779,9 @@ async fn narrowed(
         return Ok(Narrowed::Walked);
     };
     // A join with a limit, so that the count streams and stops at the
-    // bound: a broad filter is not read whole to learn that it is broad.
+    // bound: a broad equality is not read whole to learn that it is broad
+    // (a range's ids are read whole first, from its index: a few ms for
+    // the tens of thousands a sample does not call broad).
     let sql = format!(
         "SELECT count(*) FROM (SELECT 1 FROM documents d JOIN chunks c ON c.document_id = d.id \
          WHERE d.collection_id = $1 AND {} AND {} LIMIT $2) s",
@@ -805,8 +816,8 @@ const SAMPLE_MARGIN: f64 = 3.0;
 /// over those read, past [`SAMPLE_MARGIN`] times `most`. Then the count
 /// is skipped and the graph walks: a broad equality paid the bounded
 /// count first (10 % of a million chunks: 44.9 ms p50 against 6.3 ms for
-/// a range of the same breadth, which has no count; 11.0 ms with the
-/// sample, which reads in 3–5 ms). The sample only skips a count, so a
+/// a range of the same breadth, walked without a count then; 11.0 ms with
+/// the sample, which reads in 3–5 ms). Ranges are sampled alike. The sample only skips a count, so a
 /// filter it does not call broad is counted exactly as before. It can
 /// call a narrow one broad — at a million chunks the bound is 2 %, a
 /// sample expecting 20 passing rows must find 60 — and documents of one

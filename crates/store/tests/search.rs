@@ -173,6 +173,20 @@ async fn filters_select_exactly(server: &PgServer) {
             .expect("upsert");
     }
     let n = metas.len();
+    // The filters a range narrows, through the values' index.
+    let ranged = [
+        json!({"year": {"$gte": 2020}}),
+        json!({"year": {"$lt": 2021, "$gt": 1000}}),
+        json!({"tags": {"$gt": 0}}),
+        json!({"at": {"$gte": "2024-05-01T12:00:00Z"}}),
+        json!({"at": {"$lt": "2024-05-01T12:00:00Z"}}),
+        json!({"at": {"$gt": "2024-03-01"}}),
+    ]
+    .into_iter()
+    .chain(filters().into_iter().skip(39))
+    .collect::<Vec<_>>();
+    assert!(ranged.iter().all(|r| filters().contains(r)));
+    assert_eq!(ranged.len(), 15);
     for f in filters() {
         let filter = Filter::parse(&f, "filter").expect("parse");
         let want: BTreeSet<String> = metas
@@ -181,8 +195,9 @@ async fn filters_select_exactly(server: &PgServer) {
             .filter(|(_, m)| filter.matches(m))
             .map(|(i, _)| format!("d{i}"))
             .collect();
-        // Ranked exactly where the metadata index narrows the filter,
-        // and by the graph.
+        // Ranked exactly where an index narrows the filter, and by the
+        // graph.
+        let exact_before = store.filtered_paths().exact;
         for limits in [LIMITS, GRAPH_ONLY] {
             let dense: BTreeSet<String> = store
                 .dense_search(coll, &unit([1.0, 0.0, 0.0, 0.0]), n, &filter, limits)
@@ -192,6 +207,13 @@ async fn filters_select_exactly(server: &PgServer) {
                 .map(|c| c.chunk.external_id)
                 .collect();
             assert_eq!(dense, want, "dense, {f}, {limits:?}");
+        }
+        if ranged.contains(&f) {
+            assert_eq!(
+                store.filtered_paths().exact,
+                exact_before + 1,
+                "{f} was ranked exactly"
+            );
         }
         let lexical: BTreeSet<String> = store
             .lexical_documents(coll, "shared", n, &filter, None, LIMITS)
@@ -521,11 +543,25 @@ async fn needs_pgvector_an_existing_corpus_is_filled_in_and_the_dimension_is_kep
     assert_eq!(in_range(json!({"n": {"$gte": 1}})).await, ["d0", "d1"]);
     assert_eq!(in_range(json!({"n": {"$gt": 0, "$lt": 1}})).await, ["d0"]);
     assert_eq!(in_range(json!({"n": {"$lt": 0}})).await, ["d0"]);
-    let values: i64 = sqlx::query_scalar("SELECT count(*) FROM document_values")
-        .fetch_one(&sqlx::PgPool::connect(&url).await.expect("connect"))
-        .await
-        .expect("values");
-    assert_eq!(values, 3, "d0's two and d1's one");
+    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+    let values = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM document_values")
+            .fetch_one(&pool)
+            .await
+            .expect("values")
+    };
+    assert_eq!(values().await, 3, "d0's two and d1's one");
+    // A database whose engine was enabled before ranges were indexed
+    // gets the values at its next start.
+    for sql in [
+        "DROP TRIGGER documents_values ON documents",
+        "DROP TABLE document_values",
+    ] {
+        sqlx::query(sql).execute(&pool).await.expect("older schema");
+    }
+    assert_eq!(store.enable_database_search(4).await.expect("start"), 0);
+    assert_eq!(values().await, 3, "filled in again");
+    assert_eq!(in_range(json!({"n": {"$gt": 0, "$lt": 1}})).await, ["d0"]);
     store
         .upsert_document(c, &numbered(2))
         .await
