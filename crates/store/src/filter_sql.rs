@@ -422,19 +422,6 @@ BEGIN
 END
 $fn$"#;
 
-/// `document_values` and what keeps it current: a row for every number
-/// and every RFC 3339 date a document's metadata holds under a top-level
-/// key, or as an element of an array there (`in_array`), with the value
-/// the exact condition compares (`(v #>> '{}')::float8`; a date's
-/// `ragtime_rfc3339_ms`). Range filters read it through its B-tree
-/// ([`index_condition`]). A trigger writes a document's rows in the
-/// document's own transaction, from any process; a document's removal
-/// takes its rows with it. A number a `float8` cannot hold (which
-/// `serde_json` never writes) has no row: the exact condition could not
-/// compare it either. Made with the engine's schema, after
-/// [`RFC3339_FUNCTION`]; the caller fills it in for documents written
-/// before it existed ([`DOCUMENT_VALUES_FILL`]), and makes
-/// [`VALUES_FUNCTIONS`] first.
 /// The functions behind `document_values`, made again at every start
 /// (they lock no table). They must give the values the exact condition
 /// compares: a change to what they store needs `document_values` filled
@@ -452,10 +439,8 @@ CROSS JOIN LATERAL (
         CASE WHEN jsonb_typeof(e.value) = 'array' THEN e.value ELSE '[]'::jsonb END) a(v)
 ) el(v, in_array)
 CROSS JOIN LATERAL (
-    SELECT 'n'::"char", CASE WHEN jsonb_typeof(el.v) = 'number'
-        AND abs((el.v #>> '{}')::numeric) <= 1.7976931348623157e308
-        AND (abs((el.v #>> '{}')::numeric) >= 4.9406564584124654e-324
-             OR (el.v #>> '{}')::numeric = 0)
+    SELECT 'n'::"char", CASE WHEN jsonb_typeof(el.v) = 'number' AND (el.v = '0'::jsonb
+        OR abs((el.v #>> '{}')::numeric) BETWEEN 4.9406564584124654e-324 AND 1.7976931348623157e308)
         THEN (el.v #>> '{}')::float8 END
     UNION ALL
     SELECT 'd'::"char", CASE WHEN jsonb_typeof(el.v) = 'string'
@@ -477,6 +462,19 @@ END
 $fn$"#,
 ];
 
+/// `document_values` and what keeps it current: a row for every number
+/// and every RFC 3339 date a document's metadata holds under a top-level
+/// key, or as an element of an array there (`in_array`), with the value
+/// the exact condition compares (`(v #>> '{}')::float8`; a date's
+/// `ragtime_rfc3339_ms`). Range filters read it through its B-tree
+/// ([`index_condition`]). A trigger writes a document's rows in the
+/// document's own transaction, from any process; a document's removal
+/// takes its rows with it. A number a `float8` cannot hold (which
+/// `serde_json` never writes) has no row: the exact condition could not
+/// compare it either. Made with the engine's schema, after
+/// [`RFC3339_FUNCTION`]; the caller fills it in for documents written
+/// before it existed ([`DOCUMENT_VALUES_FILL`]), and makes
+/// [`VALUES_FUNCTIONS`] first.
 pub const DOCUMENT_VALUES: [&str; 5] = [
     "CREATE TABLE IF NOT EXISTS document_values (\
      document_id BIGINT NOT NULL REFERENCES documents(id) ON DELETE CASCADE, \
