@@ -32,6 +32,9 @@
 //! - `startup`: time to ready, RSS and a first search with one collection
 //!   of 100k and of 1M chunks (`BENCH_STARTUP_CHUNKS`; not part of `all`).
 //!
+//! - `metadata`: what documents' metadata cost a collection's heap (see
+//!   `scaling::metadata`; not part of `all`).
+//!
 //! - `fusion`: the rankings' fusion and the document index's title boost
 //!   chosen on the train queries (see `fusion_bench`; not part of `all`).
 //! - `BENCH_STORE=dir` keeps the ingested SciFact store in `dir` and reuses
@@ -54,6 +57,7 @@ mod chat_bench;
 mod flood;
 mod follow_bench;
 mod fusion_bench;
+mod heap;
 mod load;
 mod pg_scale;
 mod rerank_bench;
@@ -141,6 +145,10 @@ async fn main() {
     }
     if what == "follow" {
         follow_bench::follow().await;
+        return;
+    }
+    if what == "metadata" {
+        scaling::metadata();
         return;
     }
     if what == "startup" {

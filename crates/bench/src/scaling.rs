@@ -637,3 +637,124 @@ pub async fn startup() {
         println!("- {n}");
     }
 }
+
+/// `ragtime-bench metadata`: what documents' metadata cost a collection's
+/// heap. `BENCH_DOCS` documents (default 100,000) of one short chunk each,
+/// whose metadata are what a company's documents carry: a source of 20, a
+/// language of 3, a team of 12, two tags of 30 (900 pairs), a year of 25,
+/// and a URL and an update time (a second apart) of their own. Each of
+/// three is built in a process of its own (this program again), which
+/// says how many more bytes its heap holds once built (counted by the
+/// allocator: exact, where the process's `RssAnon` moved by tens of MiB
+/// from one run to the next with the indexes' freed buffers): a collection of those
+/// chunks with empty metadata, the same chunks with their metadata, and
+/// the metadata alone as one JSON tree per document with a hash of each
+/// (how a collection held them before it kept them by field).
+pub fn metadata() {
+    let n = env_usize("BENCH_DOCS", 100_000);
+    if let Ok(part) = std::env::var("BENCH_METADATA_PART") {
+        let grew = metadata_part(&part, n);
+        println!("grew {grew}");
+        return;
+    }
+    let run = |part: &str| -> f64 {
+        let out = std::process::Command::new(std::env::current_exe().expect("exe"))
+            .arg("metadata")
+            .env("BENCH_METADATA_PART", part)
+            .output()
+            .expect("run a part");
+        assert!(
+            out.status.success(),
+            "{part}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.lines()
+            .find_map(|l| l.strip_prefix("grew "))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{part}: {text}"))
+    };
+    let (plain, field, trees) = (run("plain"), run("field"), run("trees"));
+    let per_doc = |mib: f64| mib * (1 << 20) as f64 / n as f64;
+    println!("\n## Documents' metadata ({n} documents)\n");
+    println!("| heap held | MiB | per document |\n|---|---:|---:|");
+    for (what, mib) in [
+        ("a collection, empty metadata", plain),
+        ("the same chunks with their metadata, kept by field", field),
+        ("so their metadata, kept by field", field - plain),
+        ("the metadata as one JSON tree per document", trees),
+    ] {
+        println!("| {what} | {mib:.1} | {:.0} B |", per_doc(mib));
+    }
+}
+
+/// One part of [`metadata`]: how much more heap (MiB) this process holds.
+fn metadata_part(part: &str, n: usize) -> f64 {
+    use ragtime_core::Chunk;
+    use ragtime_retrieve::{CollectionIndex, DenseParams};
+    use std::sync::Arc;
+    let dim = 8;
+    let meta = |i: usize| {
+        let lang = ["en", "de", "fr"][i % 3];
+        json!({
+            "source": format!("source-{}", i % 20),
+            "lang": lang,
+            "team": format!("team-{}", i % 12),
+            "tags": [format!("tag-{}", i % 30), format!("tag-{}", (i / 30) % 30)],
+            "year": 2000 + i % 25,
+            "url": format!("https://intranet.example.com/docs/{i:08}/index.html"),
+            // A second apart from one document to the next, from 2026-01-01.
+            "updated": format!(
+                "2026-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+                1 + i / (28 * 86400),
+                1 + (i / 86400) % 28,
+                (i / 3600) % 24,
+                (i / 60) % 60,
+                i % 60
+            ),
+        })
+    };
+    let held = || crate::heap::held() as f64 / (1 << 20) as f64;
+    let mut rng = Rng(0x3e7a);
+    let before = held();
+    if part == "trees" {
+        let mut by_hash = std::collections::HashMap::new();
+        let trees: Vec<(Arc<serde_json::Value>, u32)> = (0..n)
+            .map(|i| {
+                use std::hash::{Hash, Hasher};
+                let v = meta(i);
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                v.to_string().hash(&mut h);
+                by_hash.insert(h.finish(), i as u32);
+                (Arc::new(v), 1)
+            })
+            .collect();
+        let grew = held() - before;
+        assert_eq!(trees.len(), n);
+        return grew;
+    }
+    let with = part == "field";
+    let idx = CollectionIndex::new(dim, DenseParams::default()).expect("index");
+    for start in (0..n).step_by(1000) {
+        let batch = (start..(start + 1000).min(n))
+            .map(|i| {
+                let chunk = Chunk {
+                    chunk_id: i as i64 + 1,
+                    document_id: i as i64 + 1,
+                    external_id: format!("d{i}"),
+                    position: 0,
+                    title: String::new(),
+                    section: String::new(),
+                    metadata: Arc::new(if with { meta(i) } else { json!({}) }),
+                    text: prose(8, &mut rng),
+                };
+                let v: Vec<f32> = (0..dim).map(|_| rng.gauss()).collect();
+                (chunk, v)
+            })
+            .collect();
+        idx.add(batch).expect("add");
+    }
+    let grew = held() - before;
+    assert_eq!(idx.len(), n);
+    grew
+}

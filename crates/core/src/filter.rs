@@ -80,13 +80,26 @@ impl Filter {
 
     /// Does a document with `metadata` pass?
     pub fn matches(&self, metadata: &Value) -> bool {
+        self.matches_by(&|field| lookup(metadata, field))
+    }
+
+    /// Does a document pass whose field `f` (a key, or a dotted path into
+    /// nested objects) holds `field(f)`? For metadata kept as something
+    /// other than one JSON tree (a value per field, say): `field` finds a
+    /// key as [`matches`](Self::matches) does — the key as written first,
+    /// then the path's parts from the top.
+    pub fn matches_by<'v>(&self, field: &dyn Fn(&str) -> Option<&'v Value>) -> bool {
         match self {
             Filter::All => true,
-            Filter::And(fs) => fs.iter().all(|f| f.matches(metadata)),
-            Filter::Or(fs) => fs.iter().any(|f| f.matches(metadata)),
-            Filter::Not(f) => !f.matches(metadata),
-            Filter::Cmp { field, op, value } => {
-                let Some(actual) = lookup(metadata, field) else {
+            Filter::And(fs) => fs.iter().all(|f| f.matches_by(field)),
+            Filter::Or(fs) => fs.iter().any(|f| f.matches_by(field)),
+            Filter::Not(f) => !f.matches_by(field),
+            Filter::Cmp {
+                field: name,
+                op,
+                value,
+            } => {
+                let Some(actual) = field(name) else {
                     return *op == Cmp::Ne;
                 };
                 // Arrays match when any element does (except $ne: none may).
@@ -102,11 +115,11 @@ impl Filter {
                 test(actual, *op, value)
             }
             Filter::In {
-                field,
+                field: name,
                 values,
                 negate,
             } => {
-                let found = lookup(metadata, field).is_some_and(|actual| {
+                let found = field(name).is_some_and(|actual| {
                     let hit = |v: &Value| {
                         values
                             .iter()

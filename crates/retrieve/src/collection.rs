@@ -2,10 +2,11 @@
 //!
 //! The heap holds, per chunk, its document, position and where its words
 //! are ([`Texts`]: a snapshot's mapped file, or a file of the work
-//! folder), per document its ids, title and metadata's number, and each
-//! distinct metadata value once ([`Metadata`]); a chunk's words are read
-//! when it is returned, or when its document's entry in the document
-//! index is rewritten.
+//! folder), per document its ids, title and metadata's number, each
+//! distinct metadata once as its key/value pairs' numbers and each value
+//! of a key once ([`Metadata`]); a chunk's words are read, and its
+//! metadata put together, when it is returned, or (the words) when its
+//! document's entry in the document index is rewritten.
 
 use crate::dense::{Dense, DenseParams, SearchPath};
 use crate::lexical::{AUTO_MAX_CHUNKS, Boosts, Entry, Lexical, LexicalUnit};
@@ -45,53 +46,76 @@ struct Corpus {
     metadata: Metadata,
 }
 
-/// The documents' metadata, each distinct value held once and numbered: a
-/// company's documents mostly share a few values (a source, a language, a
-/// team), which would otherwise be one JSON tree per document, and a
-/// filter is then decided once per distinct value, not per document.
+/// The documents' metadata, kept by field: each key once, each distinct
+/// value of a key once ([`Fields`]), and each distinct metadata — the set
+/// of a document's key/value pairs — once and numbered. A company's
+/// documents mostly share a few values of a field (a source, a language,
+/// a team) even where their whole metadata differ (a URL or a date each),
+/// which would otherwise be one JSON tree per document; a filter is
+/// decided once per distinct metadata, reading only the fields it names.
 #[derive(Default)]
 struct Metadata {
-    /// A value and how many documents hold it (none: a free number).
-    values: Vec<(Arc<Value>, u32)>,
-    free: Vec<u32>,
-    /// A value's number by the hash of its JSON text (on a collision the
-    /// later value is numbered on its own: it is never wrongly shared).
-    by_hash: HashMap<u64, u32>,
+    /// Each distinct metadata, counted by the documents holding it.
+    held: Numbered<Held>,
     /// The value last taken and its number: a document's chunks arrive
     /// together sharing one value, which is then hashed once, not per
     /// chunk (cleared when its number is freed).
     last: Option<(Arc<Value>, u32)>,
+    fields: Fields,
 }
 
-impl Metadata {
-    fn hash(v: &Value) -> u64 {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        v.to_string().hash(&mut h);
-        h.finish()
+/// One distinct metadata.
+enum Held {
+    /// An object: its `(field, value)` numbers in [`Fields`], in field
+    /// order.
+    Pairs(Box<[(u32, u32)]>),
+    /// Anything but an object (the API never stores one): kept whole, so
+    /// that it reads back as it was written.
+    Whole(Arc<Value>),
+}
+
+impl Default for Held {
+    fn default() -> Self {
+        Held::Pairs(Box::new([]))
+    }
+}
+
+/// Values held once each, numbered, and counted by their holders: a value
+/// whose last holder lets go is freed and its number goes to the next new
+/// value. Found by the hash of the value's JSON text; on a collision the
+/// later value is numbered on its own, never wrongly shared.
+struct Numbered<T> {
+    /// A value and how many hold it (none: a free number).
+    values: Vec<(T, u32)>,
+    free: Vec<u32>,
+    by_hash: HashMap<u64, u32>,
+}
+
+impl<T> Default for Numbered<T> {
+    fn default() -> Self {
+        Self {
+            values: Vec::new(),
+            free: Vec::new(),
+            by_hash: HashMap::new(),
+        }
+    }
+}
+
+impl<T: Default> Numbered<T> {
+    /// The number of the value hashed `h` that `same` accepts, held by
+    /// one more.
+    fn find(&mut self, h: u64, same: impl Fn(&T) -> bool) -> Option<u32> {
+        let n = *self.by_hash.get(&h)?;
+        let entry = &mut self.values[n as usize];
+        if !same(&entry.0) {
+            return None;
+        }
+        entry.1 += 1;
+        Some(n)
     }
 
-    /// The number of `v`, taken by one more document.
-    fn take(&mut self, v: Arc<Value>) -> u32 {
-        if let Some((last, n)) = &self.last
-            && Arc::ptr_eq(last, &v)
-        {
-            self.values[*n as usize].1 += 1;
-            return *n;
-        }
-        let n = self.take_hashed(v.clone());
-        self.last = Some((v, n));
-        n
-    }
-
-    fn take_hashed(&mut self, v: Arc<Value>) -> u32 {
-        let h = Self::hash(&v);
-        if let Some(&n) = self.by_hash.get(&h)
-            && *self.values[n as usize].0 == *v
-        {
-            self.values[n as usize].1 += 1;
-            return n;
-        }
+    /// A number for new value `v` (hashed `h`), held by one.
+    fn insert(&mut self, h: u64, v: T) -> u32 {
         let n = match self.free.pop() {
             Some(n) => {
                 self.values[n as usize] = (v, 1);
@@ -106,43 +130,233 @@ impl Metadata {
         n
     }
 
-    /// One document fewer holds value `n`.
-    fn release(&mut self, n: u32) {
+    /// One holder fewer of `n`; the value, when that was its last
+    /// (`hash` gives its hash).
+    fn release(&mut self, n: u32, hash: impl Fn(&T) -> u64) -> Option<T> {
         let entry = &mut self.values[n as usize];
         entry.1 -= 1;
-        if entry.1 == 0 {
-            if self.last.as_ref().is_some_and(|(_, last)| *last == n) {
-                self.last = None;
+        if entry.1 > 0 {
+            return None;
+        }
+        let h = hash(&entry.0);
+        let v = std::mem::take(&mut entry.0);
+        if self.by_hash.get(&h) == Some(&n) {
+            self.by_hash.remove(&h);
+        }
+        self.free.push(n);
+        Some(v)
+    }
+
+    fn get(&self, n: u32) -> &T {
+        &self.values[n as usize].0
+    }
+
+    /// Each number's value, when something holds it.
+    fn live(&self) -> impl Iterator<Item = Option<&T>> {
+        self.values
+            .iter()
+            .map(|(v, users)| (*users > 0).then_some(v))
+    }
+}
+
+/// Every key metadata has used, and each distinct value of a key, held
+/// once and counted by the distinct metadata holding it (a key is kept
+/// once seen: a few bytes; its values are freed with their last holder).
+#[derive(Default)]
+struct Fields {
+    by_key: HashMap<Arc<str>, u32>,
+    fields: Vec<(Arc<str>, Numbered<Value>)>,
+}
+
+fn json_hash(v: &Value) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    v.to_string().hash(&mut h);
+    h.finish()
+}
+
+impl Fields {
+    /// The number of value `v` of `key`, held by one more metadata.
+    fn take(&mut self, key: &str, v: &Value) -> (u32, u32) {
+        let f = match self.by_key.get(key) {
+            Some(&f) => f,
+            None => {
+                let key: Arc<str> = Arc::from(key);
+                self.fields.push((key.clone(), Numbered::default()));
+                let f = (self.fields.len() - 1) as u32;
+                self.by_key.insert(key, f);
+                f
             }
-            let h = Self::hash(&entry.0);
-            entry.0 = Arc::new(Value::Null);
-            if self.by_hash.get(&h) == Some(&n) {
-                self.by_hash.remove(&h);
+        };
+        let values = &mut self.fields[f as usize].1;
+        let h = json_hash(v);
+        let n = match values.find(h, |x| x == v) {
+            Some(n) => n,
+            None => values.insert(h, v.clone()),
+        };
+        (f, n)
+    }
+
+    fn release(&mut self, (field, value): (u32, u32)) {
+        self.fields[field as usize].1.release(value, json_hash);
+    }
+
+    fn value(&self, (field, value): (u32, u32)) -> &Value {
+        self.fields[field as usize].1.get(value)
+    }
+
+    /// What `pairs` hold under `key`: the key itself, or a dotted path
+    /// walked from its first part (as [`ragtime_core::Filter::matches`]
+    /// reads one JSON tree).
+    fn lookup<'a>(&'a self, pairs: &[(u32, u32)], key: &str) -> Option<&'a Value> {
+        let top = |k: &str| {
+            let f = *self.by_key.get(k)?;
+            let i = pairs.binary_search_by_key(&f, |p| p.0).ok()?;
+            Some(self.value(pairs[i]))
+        };
+        if let Some(v) = top(key) {
+            return Some(v);
+        }
+        let mut parts = key.split('.');
+        let mut cur = top(parts.next()?)?;
+        for part in parts {
+            cur = cur.get(part)?;
+        }
+        Some(cur)
+    }
+
+    /// Is `held` the same metadata as `v`?
+    fn same(&self, held: &Held, v: &Value) -> bool {
+        match (held, v) {
+            (Held::Whole(w), v) => **w == *v,
+            (Held::Pairs(pairs), Value::Object(m)) => {
+                pairs.len() == m.len()
+                    && m.iter().all(|(k, x)| {
+                        self.by_key.get(k.as_str()).is_some_and(|&f| {
+                            pairs
+                                .binary_search_by_key(&f, |p| p.0)
+                                .is_ok_and(|i| self.value(pairs[i]) == x)
+                        })
+                    })
             }
-            self.free.push(n);
+            (Held::Pairs(_), _) => false,
         }
     }
 
-    fn get(&self, n: u32) -> &Arc<Value> {
-        &self.values[n as usize].0
+    /// `held` as one JSON value.
+    fn value_of(&self, held: &Held) -> Value {
+        match held {
+            Held::Whole(v) => (**v).clone(),
+            Held::Pairs(pairs) => Value::Object(
+                pairs
+                    .iter()
+                    .map(|&p| {
+                        (
+                            self.fields[p.0 as usize].0.to_string(),
+                            self.value(p).clone(),
+                        )
+                    })
+                    .collect(),
+            ),
+        }
+    }
+}
+
+impl Metadata {
+    /// The number of `v`, taken by one more document.
+    fn take(&mut self, v: Arc<Value>) -> u32 {
+        if let Some((last, n)) = &self.last
+            && Arc::ptr_eq(last, &v)
+        {
+            self.held.values[*n as usize].1 += 1;
+            return *n;
+        }
+        let n = self.take_hashed(v.clone());
+        self.last = Some((v, n));
+        n
+    }
+
+    fn take_hashed(&mut self, v: Arc<Value>) -> u32 {
+        let h = json_hash(&v);
+        let fields = &self.fields;
+        if let Some(n) = self.held.find(h, |held| fields.same(held, &v)) {
+            return n;
+        }
+        let held = if let Value::Object(m) = &*v {
+            let mut pairs: Vec<(u32, u32)> =
+                m.iter().map(|(k, x)| self.fields.take(k, x)).collect();
+            pairs.sort_unstable_by_key(|p| p.0);
+            Held::Pairs(pairs.into_boxed_slice())
+        } else {
+            Held::Whole(v.clone())
+        };
+        self.held.insert(h, held)
+    }
+
+    /// One document fewer holds value `n`.
+    fn release(&mut self, n: u32) {
+        let fields = &self.fields;
+        let Some(held) = self
+            .held
+            .release(n, |held| json_hash(&fields.value_of(held)))
+        else {
+            return;
+        };
+        if self.last.as_ref().is_some_and(|(_, last)| *last == n) {
+            self.last = None;
+        }
+        if let Held::Pairs(pairs) = held {
+            for &pair in pairs.iter() {
+                self.fields.release(pair);
+            }
+        }
+    }
+
+    /// The metadata numbered `n`, as one JSON value (built for a returned
+    /// chunk or a snapshot's line).
+    fn get(&self, n: u32) -> Value {
+        self.fields.value_of(self.held.get(n))
     }
 
     /// Which numbers `filter` allows.
     fn allowed(&self, filter: &Filter) -> Vec<bool> {
-        self.values
-            .iter()
-            .map(|(v, users)| *users > 0 && filter.matches(v))
+        self.held
+            .live()
+            .map(|held| match held {
+                None => false,
+                Some(Held::Whole(v)) => filter.matches(v),
+                Some(Held::Pairs(pairs)) => {
+                    filter.matches_by(&|key| self.fields.lookup(pairs, key))
+                }
+            })
             .collect()
     }
 
     /// Heap bytes, roughly.
     fn bytes(&self) -> usize {
-        self.values
+        let held: usize = self
+            .held
+            .live()
+            .map(|held| match held {
+                None => 40,
+                Some(Held::Whole(v)) => 56 + json_bytes(v),
+                Some(Held::Pairs(pairs)) => 56 + pairs.len() * 8,
+            })
+            .sum();
+        let fields: usize = self
+            .fields
+            .fields
             .iter()
-            .filter(|(_, users)| *users > 0)
-            .map(|(v, _)| 64 + json_bytes(v))
-            .sum::<usize>()
-            + self.by_hash.capacity() * 13
+            .map(|(key, values)| {
+                64 + 2 * key.len()
+                    + values
+                        .live()
+                        .map(|v| 40 + v.map_or(0, json_bytes))
+                        .sum::<usize>()
+                    + values.by_hash.capacity() * 13
+            })
+            .sum();
+        held + fields + self.held.by_hash.capacity() * 13
     }
 }
 
@@ -163,7 +377,7 @@ impl Corpus {
             position: c.position,
             title: doc.title.to_string(),
             section,
-            metadata: self.metadata.get(doc.metadata).clone(),
+            metadata: Arc::new(self.metadata.get(doc.metadata)),
             text,
         }))
     }
@@ -801,7 +1015,7 @@ impl CollectionIndex {
                         document_id: *id,
                         external_id: doc.external_id.to_string(),
                         title: doc.title.to_string(),
-                        metadata: (**corpus.metadata.get(doc.metadata)).clone(),
+                        metadata: corpus.metadata.get(doc.metadata),
                         chunks,
                     })
                 }),
@@ -1006,7 +1220,7 @@ fn json_bytes(v: &Value) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::{Metadata, append_without_overlap};
+    use super::{Metadata, append_without_overlap, json_hash};
     use serde_json::json;
     use std::sync::Arc;
 
@@ -1029,7 +1243,7 @@ mod tests {
         // A freed number is reused, for another value.
         let d = m.take(Arc::new(json!({"team": "ops"})));
         assert_eq!(d, a);
-        assert_eq!(**m.get(d), json!({"team": "ops"}));
+        assert_eq!(m.get(d), json!({"team": "ops"}));
         assert_eq!(m.take(Arc::new(json!({"team": "search"}))), 2);
     }
 
@@ -1059,8 +1273,95 @@ mod tests {
         let again = m.take(shared.clone());
         let other = m.take(Arc::new(json!({"team": "ops"})));
         assert_ne!(again, other);
-        assert_eq!(**m.get(again), json!({"team": "search"}));
-        assert_eq!(**m.get(other), json!({"team": "ops"}));
+        assert_eq!(m.get(again), json!({"team": "search"}));
+        assert_eq!(m.get(other), json!({"team": "ops"}));
+    }
+
+    #[test]
+    fn a_fields_value_is_held_once_by_metadata_that_differ() {
+        let mut m = Metadata::default();
+        let long = "a value every document shares ".repeat(30);
+        let ns: Vec<u32> = (0..100)
+            .map(|i| m.take(Arc::new(json!({"url": format!("u{i}"), "team": long}))))
+            .collect();
+        let live = |m: &Metadata, key: &str| {
+            let f = m.fields.by_key[key];
+            m.fields.fields[f as usize].1.live().flatten().count()
+        };
+        assert_eq!(live(&m, "team"), 1, "one value of team for 100 documents");
+        assert_eq!(live(&m, "url"), 100);
+        assert!(
+            m.bytes() < 2 * long.len() + 100 * 256,
+            "{} bytes: the shared value counted once",
+            m.bytes()
+        );
+        assert_eq!(m.get(ns[7]), json!({"url": "u7", "team": long}));
+        let allowed = |m: &Metadata, f: serde_json::Value| {
+            let f = ragtime_core::Filter::parse(&f, "filter").expect("filter");
+            let a = m.allowed(&f);
+            ns.iter().filter(|&&n| a[n as usize]).count()
+        };
+        assert_eq!(allowed(&m, json!({"team": long})), 100);
+        assert_eq!(allowed(&m, json!({"url": "u7"})), 1);
+        assert_eq!(allowed(&m, json!({"url": {"$ne": "u7"}, "team": long})), 99);
+        for &n in &ns[..99] {
+            m.release(n);
+        }
+        assert_eq!(
+            (live(&m, "team"), live(&m, "url")),
+            (1, 1),
+            "one holder left"
+        );
+        m.release(ns[99]);
+        assert_eq!((live(&m, "team"), live(&m, "url")), (0, 0), "freed");
+        // Freed numbers are reused, and the value is numbered anew.
+        let again = m.take(Arc::new(json!({"team": "ops"})));
+        assert_eq!(m.get(again), json!({"team": "ops"}));
+        assert_eq!(live(&m, "team"), 1);
+    }
+
+    #[test]
+    fn metadata_whose_hashes_collide_are_numbered_apart() {
+        let mut m = Metadata::default();
+        let (a, b) = (json!({"team": "search"}), json!({"team": "llm"}));
+        let na = m.take(Arc::new(a.clone()));
+        // b's hash made to lead to a's number, as a collision would.
+        m.held.by_hash.insert(json_hash(&b), na);
+        let nb = m.take(Arc::new(b.clone()));
+        assert_ne!(na, nb);
+        assert_eq!((m.get(na), m.get(nb)), (a, b));
+        // A field's values likewise ("search" is the team's value 0).
+        let team = m.fields.by_key["team"];
+        let ops = json!("ops");
+        m.fields.fields[team as usize]
+            .1
+            .by_hash
+            .insert(json_hash(&ops), 0);
+        let (f, n) = m.fields.take("team", &ops);
+        assert_eq!(f, team);
+        assert_ne!(n, 0);
+        assert_eq!(
+            (m.fields.value((team, 0)), m.fields.value((team, n))),
+            (&json!("search"), &ops)
+        );
+    }
+
+    #[test]
+    fn metadata_that_is_not_an_object_is_kept_whole() {
+        let mut m = Metadata::default();
+        let list = m.take(Arc::new(json!([1, "x"])));
+        let null = m.take(Arc::new(json!(null)));
+        assert_eq!(m.take(Arc::new(json!([1, "x"]))), list);
+        assert_ne!(list, null);
+        assert_eq!((m.get(list), m.get(null)), (json!([1, "x"]), json!(null)));
+        let filter = |f: serde_json::Value| ragtime_core::Filter::parse(&f, "filter").expect("f");
+        let missing = filter(json!({"x": {"$ne": 1}}));
+        assert_eq!(m.allowed(&missing), vec![true, true]);
+        assert_eq!(m.allowed(&filter(json!({"x": 1}))), vec![false, false]);
+        m.release(list);
+        m.release(list);
+        assert_eq!(m.allowed(&missing), vec![false, true], "freed");
+        assert!(m.fields.fields.is_empty(), "no field taken");
     }
 
     #[test]

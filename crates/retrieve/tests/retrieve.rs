@@ -1559,3 +1559,92 @@ fn a_top_k_over_many_segments_is_the_full_rankings_first_k() {
         }
     }
 }
+
+/// The shared filter suite (the database engine runs the same one): each
+/// filter allows exactly the documents `Filter::matches` selects over
+/// their metadata as written, here where metadata are kept by field; and
+/// each document's metadata reads back as written (to its text: -0.0
+/// stays -0.0). Every document is there twice, the second time with a
+/// key of its own beside the shared ones (so that the two share their
+/// fields' values, not their whole metadata); checked before and after a
+/// snapshot, and after the second half is removed and written again with
+/// its neighbour's metadata (values freed and taken again while others
+/// hold them).
+#[test]
+fn filters_select_exactly_what_the_filter_language_selects() {
+    use ragtime_testkit::filters::{filters, metadata};
+    let dim = 8;
+    let metas = metadata();
+    let n = metas.len();
+    let with_own_key = |i: usize, own: usize| {
+        let mut m = metas[i].clone();
+        if let Some(o) = m.as_object_mut() {
+            o.insert("own".into(), json!(own));
+        }
+        m
+    };
+    let add = |idx: &CollectionIndex, docs: &[(usize, serde_json::Value)]| {
+        idx.add(
+            docs.iter()
+                .map(|(d, meta)| {
+                    let id = *d as i64 + 1;
+                    let chunk = part(id, id, 0, "T", "a shared word", meta.clone());
+                    (chunk, unit(dim, d % dim))
+                })
+                .collect(),
+        )
+        .expect("add");
+    };
+    let check = |index: &CollectionIndex, written: &[serde_json::Value], when: &str| {
+        for (d, want) in written.iter().enumerate() {
+            let got = index.chunk(d as i64 + 1).expect("chunk");
+            assert_eq!(
+                got.metadata.to_string(),
+                want.to_string(),
+                "{when}: document {d}'s metadata"
+            );
+        }
+        for f in filters() {
+            let filter = Filter::parse(&f, "filter").expect("parse");
+            let want: Vec<usize> = (0..written.len())
+                .filter(|&d| filter.matches(&written[d]))
+                .map(|d| d + 1)
+                .collect();
+            let got = match index.allowed(&filter) {
+                Allowed::Only(set) => set.documents.to_vec(),
+                Allowed::All => (1..=written.len()).collect(),
+            };
+            assert_eq!(got, want, "{when}: {f}");
+        }
+    };
+    let mut written: Vec<serde_json::Value> = (0..2 * n)
+        .map(|d| {
+            if d < n {
+                metas[d].clone()
+            } else {
+                with_own_key(d - n, d)
+            }
+        })
+        .collect();
+    let idx = CollectionIndex::new(dim, DenseParams::default()).expect("index");
+    add(
+        &idx,
+        &written.iter().cloned().enumerate().collect::<Vec<_>>(),
+    );
+    check(&idx, &written, "written");
+    let dir = tempfile::tempdir().expect("tempdir");
+    idx.save(dir.path()).expect("save");
+    let loaded =
+        CollectionIndex::load(dir.path(), dim, DenseParams::default(), None).expect("load");
+    check(&loaded, &written, "opened from its snapshot");
+    let second: Vec<i64> = (n..2 * n).map(|d| d as i64 + 1).collect();
+    idx.remove(&second).expect("remove");
+    let again: Vec<(usize, serde_json::Value)> = (n..2 * n)
+        .map(|d| (d, with_own_key((d + 1) % n, d)))
+        .collect();
+    add(&idx, &again);
+    for (d, meta) in again {
+        written[d] = meta;
+    }
+    check(&idx, &written, "rewritten");
+}

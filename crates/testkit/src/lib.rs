@@ -472,6 +472,7 @@ pub fn need(var: &str, what: &str) -> String {
     }
 }
 
+pub mod filters;
 pub mod scifact;
 
 /// A database of its own on the PostgreSQL server of

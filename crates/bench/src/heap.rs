@@ -1,0 +1,12 @@
+//! The heap's live bytes, for `ragtime-bench metadata`: the system
+//! allocator behind `cap`'s counter (one atomic add a call).
+
+use std::alloc::System;
+
+#[global_allocator]
+static ALLOCATOR: cap::Cap<System> = cap::Cap::new(System, usize::MAX);
+
+/// Bytes allocated and not yet freed.
+pub fn held() -> usize {
+    ALLOCATOR.allocated()
+}
