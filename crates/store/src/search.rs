@@ -766,18 +766,19 @@ async fn narrowed(
         id: "d.id",
         collection,
     };
-    let Some(pre) = index_condition(filter, &on("$2"), 4 + after) else {
+    // The search's numbering ($2 the collection), and the count's own: $1
+    // the collection, $2 the bound, the conditions' placeholders moved
+    // down by one.
+    let (Some(pre), Some(count_pre)) = (
+        index_condition(filter, &on("$2"), 4 + after),
+        index_condition(filter, &on("$1"), 3 + after),
+    ) else {
         return Ok(Narrowed::Walked);
     };
     if broad_by_sample(tx, collection_id, filter, most).await? {
         return Ok(Narrowed::Sampled);
     }
-    // The count's own numbering: $1 the collection, $2 the bound, and the
-    // conditions' placeholders moved down by one.
     let count_cond = compile(filter, "d.meta", 3);
-    let Some(count_pre) = index_condition(filter, &on("$1"), 3 + after) else {
-        return Ok(Narrowed::Walked);
-    };
     // A join with a limit, so that the count streams and stops at the
     // bound: a broad equality is not read whole to learn that it is broad
     // (a range's ids are read whole first, from its index: a few ms for
