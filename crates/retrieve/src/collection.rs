@@ -107,7 +107,8 @@ impl<T: Default> Numbered<T> {
     fn find(&mut self, h: u64, same: impl Fn(&T) -> bool) -> Option<u32> {
         let n = *self.by_hash.get(&h)?;
         let entry = &mut self.values[n as usize];
-        if !same(&entry.0) {
+        // A free number's placeholder is never a value found again.
+        if entry.1 == 0 || !same(&entry.0) {
             return None;
         }
         entry.1 += 1;
@@ -1314,10 +1315,20 @@ mod tests {
         );
         m.release(ns[99]);
         assert_eq!((live(&m, "team"), live(&m, "url")), (0, 0), "freed");
+        assert!(m.held.by_hash.is_empty(), "no freed metadata is found");
+        assert!(
+            m.fields.fields.iter().all(|(_, v)| v.by_hash.is_empty()),
+            "no freed value is found"
+        );
         // Freed numbers are reused, and the value is numbered anew.
         let again = m.take(Arc::new(json!({"team": "ops"})));
         assert_eq!(m.get(again), json!({"team": "ops"}));
         assert_eq!(live(&m, "team"), 1);
+        assert_eq!(
+            m.take(Arc::new(json!({"team": "ops"}))),
+            again,
+            "an equal value (another allocation) shares the number"
+        );
     }
 
     #[test]

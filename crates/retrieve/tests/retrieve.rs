@@ -1566,7 +1566,8 @@ fn a_top_k_over_many_segments_is_the_full_rankings_first_k() {
 /// each document's metadata reads back as written (to its text: -0.0
 /// stays -0.0). Every document is there twice, the second time with a
 /// key of its own beside the shared ones (so that the two share their
-/// fields' values, not their whole metadata); checked before and after a
+/// fields' values, not their whole metadata), and the first a third time
+/// (its whole metadata shared); checked before and after a
 /// snapshot, and after the second half is removed and written again with
 /// its neighbour's metadata (values freed and taken again while others
 /// hold them).
@@ -1617,6 +1618,7 @@ fn filters_select_exactly_what_the_filter_language_selects() {
             assert_eq!(got, want, "{when}: {f}");
         }
     };
+    // And the first document's metadata once more, whole.
     let mut written: Vec<serde_json::Value> = (0..2 * n)
         .map(|d| {
             if d < n {
@@ -1625,6 +1627,7 @@ fn filters_select_exactly_what_the_filter_language_selects() {
                 with_own_key(d - n, d)
             }
         })
+        .chain([metas[0].clone()])
         .collect();
     let idx = CollectionIndex::new(dim, DenseParams::default()).expect("index");
     add(
