@@ -818,8 +818,9 @@ const SAMPLE_MARGIN: f64 = 3.0;
 /// is skipped and the graph walks: a broad equality paid the bounded
 /// count first (10 % of a million chunks: 44.9 ms p50 against 6.3 ms for
 /// a range of the same breadth, walked without a count then; 11.0 ms with
-/// the sample, which reads in 3–5 ms). Ranges are sampled alike. The sample only skips a count, so a
-/// filter it does not call broad is counted exactly as before. It can
+/// the sample, which reads in 3–5 ms). Ranges are sampled alike. The
+/// sample only skips a count, so a filter it does not call broad is
+/// counted exactly as before. It can
 /// call a narrow one broad — at a million chunks the bound is 2 %, a
 /// sample expecting 20 passing rows must find 60 — and documents of one
 /// kind written together share pages, which makes that likelier; such a
