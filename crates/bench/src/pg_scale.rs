@@ -20,7 +20,11 @@
 use crate::env_usize;
 use crate::stats::pct;
 use ragtime_core::Filter;
-use ragtime_pipeline::corpus::{DEFAULT_EF_SEARCH, database_limits, ef_search_for};
+use ragtime_pipeline::RequestBudget;
+use ragtime_pipeline::corpus::{
+    DEFAULT_EF_SEARCH, database_limits, database_retriever, ef_search_for,
+};
+use ragtime_pipeline::search::{self, Mode, SEARCH_PLAN, SearchRequest};
 use ragtime_store::search::HNSW_BUILD;
 use ragtime_store::{SearchLimits, Store};
 use std::sync::Arc;
@@ -199,9 +203,37 @@ pub async fn pg_scale() {
         }
     }
     let words = Arc::new(query_texts());
-    // Hybrid as the pipeline retrieves for a top 10: both sides at depth
-    // 100 side by side, the lexical side scoring its documents' chunks
-    // against the query vector.
+    // Hybrid as a request retrieves a top 10, through the pipeline's
+    // retrieve stage and the engine's retriever: both sides at depth 100
+    // side by side, fused, then the passages of the fused top documents.
+    for clients in [1, 4] {
+        let (s, w, q) = (store.clone(), words.clone(), queries.clone());
+        let (mut times, qps) = concurrently(clients, 200, move |i| {
+            let (s, w, q) = (s.clone(), w.clone(), q.clone());
+            async move {
+                let retriever = database_retriever((*s).clone(), big, engine_ef);
+                let budget = RequestBudget::start(&crate::bench_profile(), &SEARCH_PLAN, None);
+                let req = SearchRequest {
+                    query: w[i % w.len()].clone(),
+                    top_k: 10,
+                    mode: Mode::Hybrid,
+                    filter: Filter::All,
+                };
+                let v = Arc::new(q[i % q.len()].clone());
+                let out = search::retrieve(&budget, retriever.as_ref(), &req, Some(v), 10).await;
+                assert!(!out.partial(), "{:?}", out.report);
+                assert!(!out.hits.is_empty(), "hybrid found nothing");
+            }
+        })
+        .await;
+        println!(
+            "hybrid top 10 through the pipeline (dense 100 chunks + lexical 100 documents, passages of the fused top 10), {clients} client(s): p50 {:.1} ms  p99 {:.1} ms  {qps:.0} queries/s",
+            pct(&mut times, 50.0),
+            pct(&mut times, 99.0)
+        );
+    }
+    // The same two sides with every lexical document's chunks scored (as
+    // the engine did before it read passages apart), for comparison.
     for clients in [1, 4] {
         let (s, w, q) = (store.clone(), words.clone(), queries.clone());
         let (mut times, qps) = concurrently(clients, 120, move |i| {

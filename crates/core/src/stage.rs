@@ -61,6 +61,33 @@ pub trait Retriever: Send + Sync {
         per_document: usize,
         cancel: Cancel,
     ) -> Result<Vec<DocHit>, StageError>;
+    /// Whether this retriever picks a document's passages apart from
+    /// ranking it: the pipeline then asks [`Retriever::lexical_documents`]
+    /// for none (`per_document` 0) and, once the two sides are fused, asks
+    /// [`Retriever::passages`] for those of the documents it keeps. An
+    /// engine that must read every chunk of a ranked document to score
+    /// them (the database) reads a top 10's instead of a top 100's; one
+    /// that holds them at hand picks them with the ranking.
+    fn passages_apart(&self) -> bool {
+        false
+    }
+    /// The passages of `documents` (ids the lexical side returned) as
+    /// [`Retriever::lexical_documents`] picks a document's, each document
+    /// with its chunks and a score of 0, in the order asked; a document
+    /// gone since is left out. Only called where
+    /// [`Retriever::passages_apart`] holds.
+    async fn passages(
+        &self,
+        _query: &str,
+        _documents: &[i64],
+        _vector: Option<Arc<Vec<f32>>>,
+        _per_document: usize,
+        _cancel: Cancel,
+    ) -> Result<Vec<DocHit>, StageError> {
+        Err(StageError::Backend(
+            "this retriever picks passages with its documents".into(),
+        ))
+    }
     /// A chunk by id, while it is indexed.
     fn chunk(&self, id: i64) -> Option<Arc<Chunk>>;
     /// How this retriever's two rankings fuse best, where that differs

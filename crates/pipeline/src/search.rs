@@ -173,6 +173,8 @@ pub async fn retrieve_with(
 ) -> SearchOutcome {
     let k = candidates(top_k, fusion);
     let want_lexical = req.mode != Mode::Dense || vector.is_none();
+    let apart = retriever.passages_apart();
+    let per_document = if apart { 0 } else { PASSAGES_PER_DOCUMENT };
     let run = budget
         .run(Stage::Retrieve, |ctx| async move {
             let cancel = ctx.cancel();
@@ -198,7 +200,7 @@ pub async fn retrieve_with(
                             k,
                             &req.filter,
                             vector.clone(),
-                            PASSAGES_PER_DOCUMENT,
+                            per_document,
                             cancel.clone(),
                         )
                         .await
@@ -211,7 +213,21 @@ pub async fn retrieve_with(
                 "lexical",
                 openinference.span.kind = "RETRIEVER"
             ));
-            both(dense, lexical, &ctx).await
+            let found = both(dense, lexical, &ctx).await?;
+            if !apart {
+                return Ok(found);
+            }
+            let passages = Passages {
+                retriever,
+                query: &req.query,
+                vector: vector.clone(),
+                top_k,
+                fusion,
+            };
+            passages
+                .add(found, &ctx)
+                .instrument(tracing::info_span!("passages"))
+                .await
         })
         .await;
     let (dense, lexical) = run.value.unwrap_or((None, None));
@@ -236,36 +252,12 @@ pub fn fuse_documents(
     lexical: Option<Vec<DocHit>>,
     fusion: &FusionParams,
 ) -> (Vec<Passage>, Vec<&'static str>) {
-    let mut sources = Vec::new();
-    let mut dense_docs: Vec<(i64, f32)> = Vec::new();
-    let mut dense_chunks: HashMap<i64, Vec<Arc<ragtime_core::Chunk>>> = HashMap::new();
-    if let Some(hits) = &dense {
-        sources.push("dense");
-        for h in hits {
-            let Some(c) = retriever.chunk(h.chunk_id) else {
-                continue;
-            };
-            let of = dense_chunks.entry(c.document_id).or_default();
-            if of.is_empty() {
-                dense_docs.push((c.document_id, h.score));
-            }
-            of.push(c);
-        }
-    }
-    let mut lexical_docs: Vec<(i64, f32)> = Vec::new();
-    let mut lexical_chunks: HashMap<i64, &[Hit]> = HashMap::new();
-    if let Some(docs) = &lexical {
-        sources.push("lexical");
-        for d in docs {
-            lexical_docs.push((d.document_id, d.score));
-            lexical_chunks.insert(d.document_id, &d.chunks);
-        }
-    }
-    let order = match (dense.is_some(), lexical.is_some()) {
-        (true, true) => fuse(&dense_docs, &lexical_docs, fusion),
-        (true, false) => dense_docs,
-        (false, _) => lexical_docs,
-    };
+    let Fused {
+        order,
+        mut dense_chunks,
+        lexical_chunks,
+        sources,
+    } = Fused::new(retriever, dense.as_deref(), lexical.as_deref(), fusion);
     let mut out = Vec::new();
     for (doc, score) in order {
         // The lexical side's choice of the document's chunks (by the query
@@ -292,6 +284,143 @@ pub fn fuse_documents(
         );
     }
     (without_copies(out), sources)
+}
+
+/// The documents in their fused order (a document ranks on the dense side
+/// by its best chunk), what each side found of them, and which sides
+/// answered.
+struct Fused<'a> {
+    order: Vec<(i64, f32)>,
+    dense_chunks: HashMap<i64, Vec<Arc<ragtime_core::Chunk>>>,
+    lexical_chunks: HashMap<i64, &'a [Hit]>,
+    sources: Vec<&'static str>,
+}
+
+impl<'a> Fused<'a> {
+    fn new(
+        retriever: &dyn Retriever,
+        dense: Option<&[Hit]>,
+        lexical: Option<&'a [DocHit]>,
+        fusion: &FusionParams,
+    ) -> Self {
+        let mut sources = Vec::new();
+        let mut dense_docs: Vec<(i64, f32)> = Vec::new();
+        let mut dense_chunks: HashMap<i64, Vec<Arc<ragtime_core::Chunk>>> = HashMap::new();
+        if let Some(hits) = dense {
+            sources.push("dense");
+            for h in hits {
+                let Some(c) = retriever.chunk(h.chunk_id) else {
+                    continue;
+                };
+                let of = dense_chunks.entry(c.document_id).or_default();
+                if of.is_empty() {
+                    dense_docs.push((c.document_id, h.score));
+                }
+                of.push(c);
+            }
+        }
+        let mut lexical_docs: Vec<(i64, f32)> = Vec::new();
+        let mut lexical_chunks: HashMap<i64, &[Hit]> = HashMap::new();
+        if let Some(docs) = lexical {
+            sources.push("lexical");
+            for d in docs {
+                lexical_docs.push((d.document_id, d.score));
+                lexical_chunks.insert(d.document_id, &d.chunks);
+            }
+        }
+        let order = match (dense.is_some(), lexical.is_some()) {
+            (true, true) => fuse(&dense_docs, &lexical_docs, fusion),
+            (true, false) => dense_docs,
+            (false, _) => lexical_docs,
+        };
+        Self {
+            order,
+            dense_chunks,
+            lexical_chunks,
+            sources,
+        }
+    }
+}
+
+/// The second step of a retriever that picks passages apart from ranking
+/// documents ([`Retriever::passages_apart`]): once both sides are in,
+/// the passages of the lexical side's documents among the fused top
+/// `top_k` (each of them gives one passage at least, so no document
+/// further down is shown), under the same stage budget.
+struct Passages<'a> {
+    retriever: &'a dyn Retriever,
+    query: &'a str,
+    vector: Option<Arc<Vec<f32>>>,
+    top_k: usize,
+    fusion: &'a FusionParams,
+}
+
+impl Passages<'_> {
+    /// `found` with its top lexical documents' passages. Should they
+    /// overrun the stage's time or fail, the documents go on without them:
+    /// a document the dense side found too answers with the chunks that
+    /// side found; one found only by the lexical side has none to show.
+    async fn add(self, found: Done<Pair>, ctx: &StageCtx<Pair>) -> Result<Done<Pair>, StageError> {
+        let (mut pair, note) = match found {
+            Done::Full(p) => (p, None),
+            Done::Partial(p, n) => (p, Some(n)),
+        };
+        let wanted: Vec<i64> = {
+            let f = Fused::new(
+                self.retriever,
+                pair.0.as_deref(),
+                pair.1.as_deref(),
+                self.fusion,
+            );
+            f.order
+                .iter()
+                .take(self.top_k)
+                .map(|&(doc, _)| doc)
+                .filter(|doc| f.lexical_chunks.contains_key(doc))
+                .collect()
+        };
+        let done = |pair, more: Option<String>| {
+            let notes: Vec<String> = note.clone().into_iter().chain(more).collect();
+            if notes.is_empty() {
+                Done::Full(pair)
+            } else {
+                Done::Partial(pair, notes.join("; "))
+            }
+        };
+        if wanted.is_empty() {
+            return Ok(done(pair, None));
+        }
+        const WITHOUT: &str = "the lexical side's documents without their passages";
+        ctx.keep(pair.clone(), format!("passages overran: {WITHOUT}"));
+        let asked = self
+            .retriever
+            .passages(
+                self.query,
+                &wanted,
+                self.vector.clone(),
+                PASSAGES_PER_DOCUMENT,
+                ctx.cancel(),
+            )
+            .await;
+        match asked {
+            Ok(docs) => {
+                let mut of: HashMap<i64, Vec<Hit>> = docs
+                    .into_iter()
+                    .map(|d| (d.document_id, d.chunks))
+                    .collect();
+                for d in pair.1.iter_mut().flatten() {
+                    if let Some(chunks) = of.remove(&d.document_id) {
+                        d.chunks = chunks;
+                    }
+                }
+                Ok(done(pair, None))
+            }
+            Err(e) => Ok(done(
+                pair,
+                Some(format!("passages failed ({e}): {WITHOUT}")),
+            )),
+        }
+    }
 }
 
 /// `passages` less those that one above them already is — the same text
@@ -509,6 +638,135 @@ mod tests {
         ];
         let (out, _) = fuse_documents(&r, None, Some(lexical), &FusionParams::RRF);
         assert_eq!(passages(&out), [(10, 1), (30, 3), (40, 4)]);
+    }
+
+    /// Six documents of two chunks each (document `d`: chunks `2d - 1`
+    /// and `2d`), the query's words more often the lower `d` is.
+    fn six_documents() -> ragtime_testkit::MemoryRetriever {
+        let mut chunks = Vec::new();
+        for d in 1..=6i64 {
+            for (id, words) in [(2 * d - 1, 7 - d), (2 * d, (7 - d) / 2)] {
+                let text = format!("{} filler {d} {id}", "alpha beta ".repeat(words as usize));
+                let mut c = ragtime_testkit::chunk(
+                    id,
+                    &format!("d{d}"),
+                    &format!("document {d}"),
+                    &text,
+                    serde_json::json!({}),
+                );
+                c.document_id = d;
+                c.position = i32::from(id % 2 == 0);
+                chunks.push(c);
+            }
+        }
+        ragtime_testkit::MemoryRetriever::new(&ragtime_testkit::HashEmbedder::new(8), chunks)
+    }
+
+    fn request() -> SearchRequest {
+        SearchRequest {
+            query: "alpha beta".into(),
+            top_k: 3,
+            mode: Mode::Hybrid,
+            filter: Filter::All,
+        }
+    }
+
+    fn query_vector() -> Option<Arc<Vec<f32>>> {
+        Some(Arc::new(
+            ragtime_testkit::HashEmbedder::new(8).vector("alpha beta"),
+        ))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn passages_picked_apart_are_those_the_ranking_picks_for_the_top_documents_only() {
+        let together = six_documents();
+        let whole = retrieve(&budget(), &together, &request(), query_vector(), 3).await;
+        assert!(!whole.partial(), "{:?}", whole.report);
+        assert_eq!(whole.hits.len(), 3);
+
+        let mut apart = six_documents();
+        apart.apart = Some(ragtime_testkit::Side::default());
+        let out = retrieve(&budget(), &apart, &request(), query_vector(), 3).await;
+        assert!(!out.partial(), "{:?}", out.report);
+        assert_eq!(passages(&out.hits), passages(&whole.hits));
+        assert!(
+            out.hits
+                .iter()
+                .zip(&whole.hits)
+                .all(|(a, b)| a.score == b.score)
+        );
+        // One call, for the fused top 3 documents the lexical side found
+        // (of the six it ranked), best first.
+        let asked = apart.passages_asked();
+        assert_eq!(asked.len(), 1, "{asked:?}");
+        assert_eq!(asked[0].len(), 3, "{asked:?}");
+        let mut shown: Vec<i64> = Vec::new();
+        for p in &whole.hits {
+            if !shown.contains(&p.chunk.document_id) {
+                shown.push(p.chunk.document_id);
+            }
+        }
+        assert_eq!(asked[0][..shown.len()], shown[..], "{asked:?}");
+
+        // Lexical alone: every passage shown is one asked for apart.
+        let lexical = SearchRequest {
+            mode: Mode::Lexical,
+            ..request()
+        };
+        let whole = retrieve(&budget(), &together, &lexical, None, 3).await;
+        let out = retrieve(&budget(), &apart, &lexical, None, 3).await;
+        assert_eq!(whole.hits.len(), 3);
+        assert_eq!(passages(&out.hits), passages(&whole.hits));
+        assert_eq!(apart.passages_asked().len(), 2);
+
+        // Dense alone asks for none.
+        let dense = SearchRequest {
+            mode: Mode::Dense,
+            ..request()
+        };
+        retrieve(&budget(), &apart, &dense, query_vector(), 3).await;
+        assert_eq!(apart.passages_asked().len(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn passages_that_overrun_or_fail_leave_the_documents_with_what_dense_found() {
+        let whole = retrieve(&budget(), &six_documents(), &request(), query_vector(), 3).await;
+        for (side, says) in [
+            (
+                ragtime_testkit::Side {
+                    delay: Duration::from_secs(60),
+                    fail: false,
+                },
+                "passages overran",
+            ),
+            (
+                ragtime_testkit::Side {
+                    delay: Duration::ZERO,
+                    fail: true,
+                },
+                "passages failed",
+            ),
+        ] {
+            let mut r = six_documents();
+            r.apart = Some(side);
+            let out = retrieve(&budget(), &r, &request(), query_vector(), 3).await;
+            let stage = out.report.stage(Stage::Retrieve).expect("retrieve ran");
+            assert_eq!(stage.outcome, Outcome::Partial, "{says}");
+            let detail = stage.detail.clone().unwrap_or_default();
+            assert!(detail.contains(says), "{detail}");
+            assert!(stage.elapsed_ms <= 50, "{}", stage.elapsed_ms);
+            // Both rankings stand, so the documents do (the dense side
+            // found every one here); each shows the chunks the dense side
+            // found of it.
+            assert!(!out.hits.is_empty());
+            assert_eq!(out.sources, ["dense", "lexical"]);
+            let shown = |hits: &[Passage]| -> Vec<i64> {
+                let mut d: Vec<i64> = hits.iter().map(|p| p.chunk.document_id).collect();
+                d.dedup();
+                d
+            };
+            assert_eq!(shown(&out.hits), shown(&whole.hits));
+        }
     }
 
     fn budget() -> RequestBudget {

@@ -512,11 +512,58 @@ impl Store {
         limits: SearchLimits,
     ) -> Result<Vec<FoundDocument>, StoreError> {
         self.on_reader(|p, dim| {
-            self.lexical_on(p, dim, collection_id, query, k, filter, vector, limits)
+            let chunks = Some(vector);
+            self.lexical_on(p, dim, collection_id, query, k, filter, chunks, limits)
         })
         .await
     }
 
+    /// [`Store::lexical_documents`] without the chunks: the ranking alone
+    /// (each document's `chunks` empty), for a search that reads the
+    /// passages of the few documents it keeps afterwards
+    /// ([`Store::document_passages`]) rather than those of all `k`.
+    pub async fn ranked_documents(
+        &self,
+        collection_id: i64,
+        query: &str,
+        k: usize,
+        filter: &Filter,
+        limits: SearchLimits,
+    ) -> Result<Vec<FoundDocument>, StoreError> {
+        self.on_reader(|p, dim| {
+            self.lexical_on(p, dim, collection_id, query, k, filter, None, limits)
+        })
+        .await
+    }
+
+    /// The documents `ids` of collection `collection_id`, in that order,
+    /// each with all its chunks scored as [`Store::lexical_documents`]
+    /// scores them (similarity to `vector` when given, rank for `query`);
+    /// a document's score is 0, and one not in the collection (removed
+    /// since) is left out.
+    pub async fn document_passages(
+        &self,
+        collection_id: i64,
+        query: &str,
+        ids: &[i64],
+        vector: Option<&[f32]>,
+        limits: SearchLimits,
+    ) -> Result<Vec<FoundDocument>, StoreError> {
+        self.on_reader(|p, dim| async move {
+            let mut tx = p.begin().await?;
+            let running = set_limits(p, &mut tx, limits).await?;
+            let docs: Vec<(i64, f64)> = ids.iter().map(|&id| (id, 0.0)).collect();
+            let found = with_chunks(&mut tx, dim, collection_id, query, docs, vector).await;
+            running.ended();
+            let found = found?;
+            tx.rollback().await?;
+            Ok(found.into_iter().filter(|d| !d.chunks.is_empty()).collect())
+        })
+        .await
+    }
+
+    /// The ranking, and with `chunks` set (to the query vector, if any)
+    /// each document's chunks scored.
     #[allow(clippy::too_many_arguments)]
     async fn lexical_on(
         &self,
@@ -526,7 +573,7 @@ impl Store {
         query: &str,
         k: usize,
         filter: &Filter,
-        vector: Option<&[f32]>,
+        chunks: Option<Option<&[f32]>>,
         limits: SearchLimits,
     ) -> Result<Vec<FoundDocument>, StoreError> {
         let cond = compile(filter, "d.meta", 4);
@@ -546,63 +593,24 @@ impl Store {
                 ranked_rows(&mut tx, &sql, query, collection_id, limit, &cond).await
             }
         };
-        let docs = match docs {
-            Ok(d) if d.is_empty() => {
-                running.ended();
-                tx.rollback().await?;
-                return Ok(Vec::new());
+        let found = match (docs, chunks) {
+            (Ok(d), Some(vector)) if !d.is_empty() => {
+                with_chunks(&mut tx, dim, collection_id, query, d, vector).await
             }
-            Ok(d) => d,
-            Err(e) => {
-                running.ended();
-                return Err(e.into());
-            }
+            (Ok(d), _) => Ok(d
+                .into_iter()
+                .map(|(document_id, score)| FoundDocument {
+                    document_id,
+                    score: score as f32,
+                    chunks: Vec::new(),
+                })
+                .collect()),
+            (Err(e), _) => Err(e),
         };
-        let ids: Vec<i64> = docs.iter().map(|d| d.0).collect();
-        let chunks_sql = format!(
-            "SELECT {CHUNK_COLUMNS}, \
-             CASE WHEN $3::text IS NULL THEN 1.0::float8 \
-             ELSE (c.dense::halfvec({dim}) <=> $3::text::halfvec({dim}))::float8 END AS dist, \
-             ts_rank({RANK_WEIGHTS}, c.tsv, q.q)::float8 AS rank \
-             FROM chunks c JOIN documents d ON d.id = c.document_id, ({ANY_WORD}) q \
-             WHERE c.document_id = ANY($2) ORDER BY c.document_id, c.position"
-        );
-        let rows: Result<Vec<RankedRow>, _> = sqlx::query_as(&chunks_sql)
-            .bind(query)
-            .bind(&ids)
-            .bind(vector.map(vector_text))
-            .fetch_all(&mut *tx)
-            .await;
         running.ended();
-        let rows = rows?;
+        let found = found?;
         tx.rollback().await?;
-        let mut out: Vec<FoundDocument> = docs
-            .into_iter()
-            .map(|(id, score)| FoundDocument {
-                document_id: id,
-                score: score as f32,
-                chunks: Vec::new(),
-            })
-            .collect();
-        let at: std::collections::HashMap<i64, usize> = out
-            .iter()
-            .enumerate()
-            .map(|(i, d)| (d.document_id, i))
-            .collect();
-        let with_vector = vector.is_some();
-        for r in rows {
-            let Some(&i) = at.get(&r.1) else { continue };
-            let row = (r.0, r.1, r.2, r.3, r.4, r.5, r.6, r.7, r.8);
-            let sim = |dist: f64| {
-                if with_vector {
-                    (1.0 - dist) as f32
-                } else {
-                    0.0
-                }
-            };
-            out[i].chunks.push(found(row, sim, r.9 as f32));
-        }
-        Ok(out)
+        Ok(found)
     }
 
     /// Runs a search on a standby that may serve it, else (or when it
@@ -628,6 +636,64 @@ impl Store {
             )),
         }
     }
+}
+
+/// The documents `docs` (`(id, score)`, in that order) of the collection,
+/// each with all its chunks scored: their cosine similarity to `vector`
+/// (when given) and their own rank for `query`. A document not in the
+/// collection comes back with none.
+async fn with_chunks(
+    tx: &mut sqlx::Transaction<'static, Postgres>,
+    dim: usize,
+    collection_id: i64,
+    query: &str,
+    docs: Vec<(i64, f64)>,
+    vector: Option<&[f32]>,
+) -> Result<Vec<FoundDocument>, sqlx::Error> {
+    let ids: Vec<i64> = docs.iter().map(|d| d.0).collect();
+    let chunks_sql = format!(
+        "SELECT {CHUNK_COLUMNS}, \
+         CASE WHEN $3::text IS NULL THEN 1.0::float8 \
+         ELSE (c.dense::halfvec({dim}) <=> $3::text::halfvec({dim}))::float8 END AS dist, \
+         ts_rank({RANK_WEIGHTS}, c.tsv, q.q)::float8 AS rank \
+         FROM chunks c JOIN documents d ON d.id = c.document_id, ({ANY_WORD}) q \
+         WHERE c.document_id = ANY($2) AND d.collection_id = $4 \
+         ORDER BY c.document_id, c.position"
+    );
+    let rows: Vec<RankedRow> = sqlx::query_as(&chunks_sql)
+        .bind(query)
+        .bind(&ids)
+        .bind(vector.map(vector_text))
+        .bind(collection_id)
+        .fetch_all(&mut **tx)
+        .await?;
+    let mut out: Vec<FoundDocument> = docs
+        .into_iter()
+        .map(|(id, score)| FoundDocument {
+            document_id: id,
+            score: score as f32,
+            chunks: Vec::new(),
+        })
+        .collect();
+    let at: std::collections::HashMap<i64, usize> = out
+        .iter()
+        .enumerate()
+        .map(|(i, d)| (d.document_id, i))
+        .collect();
+    let with_vector = vector.is_some();
+    for r in rows {
+        let Some(&i) = at.get(&r.1) else { continue };
+        let row = (r.0, r.1, r.2, r.3, r.4, r.5, r.6, r.7, r.8);
+        let sim = |dist: f64| {
+            if with_vector {
+                (1.0 - dist) as f32
+            } else {
+                0.0
+            }
+        };
+        out[i].chunks.push(found(row, sim, r.9 as f32));
+    }
+    Ok(out)
 }
 
 /// The extension's bound on `pg_textsearch.default_limit`.

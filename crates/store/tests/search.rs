@@ -415,6 +415,88 @@ async fn needs_pgvector_searches_rank_by_similarity_and_words_within_a_collectio
     assert!(docs.is_empty(), "{docs:?}");
 }
 
+/// The ranking read alone and then the passages of the documents a search
+/// keeps give what the ranking read with all its documents' chunks gives:
+/// the same documents and scores, the same chunks scored alike, in the
+/// order asked; a document of another collection comes back with none.
+#[tokio::test]
+#[ignore = "needs PostgreSQL with pgvector (RAGTIME_TEST_PGVECTOR_BIN)"]
+async fn needs_pgvector_passages_read_apart_are_those_read_with_the_ranking() {
+    let server = PgServer::start();
+    let (store, _) = pgvector_store(&server, "ragtime_apart").await;
+    store.enable_database_search(4).await.expect("enable");
+    let (a, b) = (
+        store.ensure_collection("a").await.expect("a"),
+        store.ensure_collection("b").await.expect("b"),
+    );
+    let texts = [
+        "cells divide and cells grow",
+        "growth of tissue",
+        "nothing of interest",
+    ];
+    let three = |id: &str, i: usize| {
+        let mut d = doc(id, &json!({}), "", unit([1.0, 0.0, 0.0, 0.0]));
+        d.chunks = (0..3)
+            .map(|p| NewChunk {
+                position: p as i32,
+                section: String::new(),
+                // Document i's chunks hold the words less often the larger i.
+                text: texts[(p + i) % 3].repeat(1 + (5 - i) / 2),
+                tokens: 4,
+                embedding: unit([1.0, i as f32, p as f32, 0.0]),
+            })
+            .collect();
+        d
+    };
+    for i in 0..5 {
+        store
+            .upsert_document(a, &three(&format!("a{i}"), i))
+            .await
+            .expect("a");
+    }
+    store.upsert_document(b, &three("b0", 0)).await.expect("b");
+    let other = store
+        .ranked_documents(b, "cells growth", 10, &Filter::All, LIMITS)
+        .await
+        .expect("b's")[0]
+        .document_id;
+    let query = "Cells and their growth";
+    for vector in [Some(unit([1.0, 1.0, 0.5, 0.0])), None] {
+        let whole = store
+            .lexical_documents(a, query, 10, &Filter::All, vector.as_deref(), LIMITS)
+            .await
+            .expect("whole");
+        assert_eq!(whole.len(), 5, "{whole:?}");
+        let ranked = store
+            .ranked_documents(a, query, 10, &Filter::All, LIMITS)
+            .await
+            .expect("ranked");
+        let scores = |d: &[ragtime_store::FoundDocument]| -> Vec<(i64, f32)> {
+            d.iter().map(|d| (d.document_id, d.score)).collect()
+        };
+        assert_eq!(scores(&ranked), scores(&whole));
+        assert!(ranked.iter().all(|d| d.chunks.is_empty()));
+        // The top two, asked for in reverse, and b's document.
+        let asked = [ranked[1].document_id, ranked[0].document_id, other];
+        let apart = store
+            .document_passages(a, query, &asked, vector.as_deref(), LIMITS)
+            .await
+            .expect("passages");
+        assert_eq!(apart.len(), 2, "{apart:?}");
+        for (got, want) in apart.iter().zip([&whole[1], &whole[0]]) {
+            assert_eq!(got.document_id, want.document_id);
+            assert_eq!(got.score, 0.0);
+            assert_eq!(got.chunks, want.chunks);
+            assert_eq!(got.chunks.len(), 3);
+            assert!(got.chunks.iter().any(|c| c.rank > 0.0));
+            assert_eq!(
+                got.chunks.iter().all(|c| c.similarity > 0.0),
+                vector.is_some()
+            );
+        }
+    }
+}
+
 /// A corpus stored before the engine was enabled is filled in from the
 /// stored embeddings; a second enable finds nothing to do; another
 /// dimension is refused naming both.

@@ -147,6 +147,11 @@ pub struct MemoryRetriever {
     chunks: Vec<(Arc<Chunk>, Vec<f32>)>,
     pub dense: Side,
     pub lexical: Side,
+    /// Set: passages are picked apart from the lexical ranking
+    /// ([`Retriever::passages_apart`]), taking this long.
+    pub apart: Option<Side>,
+    /// The documents each [`Retriever::passages`] call asked for.
+    asked: Mutex<Vec<Vec<i64>>>,
 }
 
 impl MemoryRetriever {
@@ -162,7 +167,41 @@ impl MemoryRetriever {
             chunks,
             dense: Side::default(),
             lexical: Side::default(),
+            apart: None,
+            asked: Mutex::default(),
         }
+    }
+
+    /// The documents each [`Retriever::passages`] call asked for, in
+    /// order.
+    pub fn passages_asked(&self) -> Vec<Vec<i64>> {
+        self.asked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// A document's chunks best first, `per_document` at most: by cosine
+    /// to `vector`, or by the query's words they hold without one.
+    fn best_chunks(
+        cs: &[&(Arc<Chunk>, Vec<f32>)],
+        query: &str,
+        vector: Option<&[f32]>,
+        per_document: usize,
+    ) -> Vec<Hit> {
+        let mut chunks: Vec<Hit> = cs
+            .iter()
+            .map(|(c, v)| Hit {
+                chunk_id: c.chunk_id,
+                score: match vector {
+                    Some(q) => v.iter().zip(q.iter()).map(|(a, b)| a * b).sum(),
+                    None => shared_words(query, &format!("{} {}", c.title, c.text)),
+                },
+            })
+            .collect();
+        chunks.sort_by(|a, b| b.score.total_cmp(&a.score));
+        chunks.truncate(per_document);
+        chunks
     }
 
     fn ranked(&self, k: usize, filter: &Filter, score: impl Fn(&Chunk, &[f32]) -> f32) -> Vec<Hit> {
@@ -222,8 +261,6 @@ impl Retriever for MemoryRetriever {
         cancel: Cancel,
     ) -> Result<Vec<DocHit>, StageError> {
         side(self.lexical, &cancel).await?;
-        let q: HashSet<String> = words(query).into_iter().collect();
-        let matches = |text: &str| words(text).iter().filter(|w| q.contains(*w)).count() as f32;
         // Documents in order of first appearance, with their chunks.
         let mut docs: Vec<(i64, Vec<&(Arc<Chunk>, Vec<f32>)>)> = Vec::new();
         for c in self
@@ -243,21 +280,15 @@ impl Retriever for MemoryRetriever {
                     .iter()
                     .map(|(c, _)| format!("{} {} ", c.title, c.text))
                     .collect();
-                let mut chunks: Vec<Hit> = cs
-                    .iter()
-                    .map(|(c, v)| Hit {
-                        chunk_id: c.chunk_id,
-                        score: match &vector {
-                            Some(q) => v.iter().zip(q.iter()).map(|(a, b)| a * b).sum(),
-                            None => matches(&format!("{} {}", c.title, c.text)),
-                        },
-                    })
-                    .collect();
-                chunks.sort_by(|a, b| b.score.total_cmp(&a.score));
-                chunks.truncate(per_document);
+                let chunks = Self::best_chunks(
+                    &cs,
+                    query,
+                    vector.as_deref().map(Vec::as_slice),
+                    per_document,
+                );
                 DocHit {
                     document_id,
-                    score: matches(&text),
+                    score: shared_words(query, &text),
                     chunks,
                 }
             })
@@ -272,12 +303,58 @@ impl Retriever for MemoryRetriever {
         Ok(hits)
     }
 
+    fn passages_apart(&self) -> bool {
+        self.apart.is_some()
+    }
+
+    async fn passages(
+        &self,
+        query: &str,
+        documents: &[i64],
+        vector: Option<Arc<Vec<f32>>>,
+        per_document: usize,
+        cancel: Cancel,
+    ) -> Result<Vec<DocHit>, StageError> {
+        self.asked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(documents.to_vec());
+        side(self.apart.unwrap_or_default(), &cancel).await?;
+        Ok(documents
+            .iter()
+            .filter_map(|&document_id| {
+                let cs: Vec<&(Arc<Chunk>, Vec<f32>)> = self
+                    .chunks
+                    .iter()
+                    .filter(|(c, _)| c.document_id == document_id)
+                    .collect();
+                (!cs.is_empty()).then(|| DocHit {
+                    document_id,
+                    score: 0.0,
+                    chunks: Self::best_chunks(
+                        &cs,
+                        query,
+                        vector.as_deref().map(Vec::as_slice),
+                        per_document,
+                    ),
+                })
+            })
+            .collect())
+    }
+
     fn chunk(&self, id: i64) -> Option<Arc<Chunk>> {
         self.chunks
             .iter()
             .find(|(c, _)| c.chunk_id == id)
             .map(|(c, _)| c.clone())
     }
+}
+
+/// How many of `text`'s words are among `query`'s (a word counted each
+/// time it appears).
+fn shared_words(query: &str, text: &str) -> f32 {
+    let q: HashSet<String> = words(query).into_iter().collect();
+    words(text).iter().filter(|w| q.contains(*w)).count() as f32
 }
 
 /// Scores each passage by the share of query words it holds; every call

@@ -21,7 +21,7 @@ use super::{CorpusError, Shared};
 use async_trait::async_trait;
 use ragtime_core::{Cancel, Chunk, DocHit, Filter, FusionParams, Hit, Retriever, StageError};
 use ragtime_retrieve::in_document_score;
-use ragtime_store::{FoundChunk, SearchLimits, Store, StoreError};
+use ragtime_store::{FoundChunk, FoundDocument, SearchLimits, Store, StoreError};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -150,13 +150,11 @@ impl IndexEngine for Database {
             .collection_id(name)
             .await?
             .ok_or_else(|| CorpusError::UnknownCollection(name.to_owned()))?;
-        let retriever = DatabaseRetriever {
-            store: self.shared.store.clone(),
-            collection: id,
-            ef_search: ef_search_for(self.ef_search, 0, self.chunks.load(Ordering::Relaxed)),
-            found: Mutex::default(),
-        };
-        Ok((Arc::new(retriever), None))
+        let ef_search = ef_search_for(self.ef_search, 0, self.chunks.load(Ordering::Relaxed));
+        Ok((
+            database_retriever(self.shared.store.clone(), id, ef_search),
+            None,
+        ))
     }
 
     async fn before_write(&self, _name: &str, _id: i64) -> Result<(), CorpusError> {
@@ -234,6 +232,19 @@ impl IndexEngine for Database {
     }
 }
 
+/// The database engine's retriever of collection `collection` (its id)
+/// in `store`, with `hnsw.ef_search` at least `ef_search`
+/// ([`ef_search_for`]): what a request searches through, for benchmarks
+/// that search a database without a service.
+pub fn database_retriever(store: Store, collection: i64, ef_search: usize) -> Arc<dyn Retriever> {
+    Arc::new(DatabaseRetriever {
+        store,
+        collection,
+        ef_search,
+        found: Mutex::default(),
+    })
+}
+
 /// One request's view of a collection in the database. The chunks its
 /// searches returned are kept for [`Retriever::chunk`] (the pipeline asks
 /// for the text of the hits it keeps): a retriever lives as long as the
@@ -259,6 +270,34 @@ impl DatabaseRetriever {
             .deadline()
             .map(|d| d.saturating_duration_since(Instant::now()));
         Ok(database_limits(self.ef_search, k, filter, timeout))
+    }
+
+    /// Each document with its passages picked ([`pick_passages`]) and
+    /// those chunks kept for [`Retriever::chunk`]. As the in-memory
+    /// engine: the scale of chunk ranks is the best among documents with
+    /// more than one chunk to choose from (here those read together).
+    fn picked(&self, docs: Vec<FoundDocument>, vector: bool, per_document: usize) -> Vec<DocHit> {
+        let top = docs
+            .iter()
+            .filter(|d| d.chunks.len() > 1)
+            .flat_map(|d| d.chunks.iter().map(|c| c.rank))
+            .fold(0.0f32, f32::max);
+        let mut hits = Vec::with_capacity(docs.len());
+        for d in docs {
+            let chunks = pick_passages(&d.chunks, vector, top, per_document);
+            let kept: Vec<FoundChunk> = d
+                .chunks
+                .into_iter()
+                .filter(|c| chunks.iter().any(|h| h.chunk_id == c.chunk.chunk_id))
+                .collect();
+            self.keep(kept);
+            hits.push(DocHit {
+                document_id: d.document_id,
+                score: d.score,
+                chunks,
+            });
+        }
+        hits
     }
 
     fn keep(&self, rows: Vec<FoundChunk>) {
@@ -314,41 +353,49 @@ impl Retriever for DatabaseRetriever {
         cancel: Cancel,
     ) -> Result<Vec<DocHit>, StageError> {
         let limits = self.limits(&cancel, k, filter)?;
+        let vector_ref = vector.as_deref().map(Vec::as_slice);
+        let docs = if per_document == 0 {
+            self.store
+                .ranked_documents(self.collection, query, k, filter, limits)
+                .await
+        } else {
+            self.store
+                .lexical_documents(self.collection, query, k, filter, vector_ref, limits)
+                .await
+        }
+        .map_err(stage_error)?;
+        Ok(self.picked(docs, vector.is_some(), per_document))
+    }
+
+    /// Passages are read for the fused top documents only: scoring a
+    /// document's chunks reads them all, and a top 100's cost the database
+    /// 6–14 ms of a hybrid search's ≈ 35 at 1M chunks (`ragtime-bench
+    /// pgscale`), where a top 10 is what is shown.
+    fn passages_apart(&self) -> bool {
+        true
+    }
+
+    async fn passages(
+        &self,
+        query: &str,
+        documents: &[i64],
+        vector: Option<Arc<Vec<f32>>>,
+        per_document: usize,
+        cancel: Cancel,
+    ) -> Result<Vec<DocHit>, StageError> {
+        let limits = self.limits(&cancel, documents.len(), &Filter::All)?;
         let docs = self
             .store
-            .lexical_documents(
+            .document_passages(
                 self.collection,
                 query,
-                k,
-                filter,
+                documents,
                 vector.as_deref().map(Vec::as_slice),
                 limits,
             )
             .await
             .map_err(stage_error)?;
-        // As the in-memory engine: the scale of chunk ranks is the best
-        // among documents with more than one chunk to choose from.
-        let top = docs
-            .iter()
-            .filter(|d| d.chunks.len() > 1)
-            .flat_map(|d| d.chunks.iter().map(|c| c.rank))
-            .fold(0.0f32, f32::max);
-        let mut hits = Vec::with_capacity(docs.len());
-        for d in docs {
-            let chunks = pick_passages(&d.chunks, vector.is_some(), top, per_document);
-            let kept: Vec<FoundChunk> = d
-                .chunks
-                .into_iter()
-                .filter(|c| chunks.iter().any(|h| h.chunk_id == c.chunk.chunk_id))
-                .collect();
-            self.keep(kept);
-            hits.push(DocHit {
-                document_id: d.document_id,
-                score: d.score,
-                chunks,
-            });
-        }
-        Ok(hits)
+        Ok(self.picked(docs, vector.is_some(), per_document))
     }
 
     fn fusion(&self) -> Option<FusionParams> {

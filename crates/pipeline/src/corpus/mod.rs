@@ -30,7 +30,8 @@ pub mod snapshots;
 mod write;
 
 pub use database::{
-    DATABASE_EXACT_BELOW, DATABASE_FUSION, DEFAULT_EF_SEARCH, database_limits, ef_search_for,
+    DATABASE_EXACT_BELOW, DATABASE_FUSION, DEFAULT_EF_SEARCH, database_limits, database_retriever,
+    ef_search_for,
 };
 pub use engine::{Change, EngineStatus, IndexBytes, IndexEngine};
 pub use follower::Lag;
