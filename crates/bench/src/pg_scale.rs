@@ -15,14 +15,15 @@
 //! engine's limits were chosen on offset 0, so another offset (below 97)
 //! is a set of queries they were not chosen on;
 //! `BENCH_EF_SEARCHES` (a list, default the engine's) the `ef_search`
-//! values whose recall and latency it compares.
+//! values whose recall and latency it compares; `BENCH_HYBRID_ONLY` skips
+//! recall and the dense runs.
 
 use crate::env_usize;
 use crate::stats::pct;
 use ragtime_core::Filter;
 use ragtime_pipeline::RequestBudget;
 use ragtime_pipeline::corpus::{
-    DEFAULT_EF_SEARCH, database_limits, database_retriever, ef_search_for,
+    DEFAULT_EF_SEARCH, database_limits, database_retriever, ef_search_for, lexical_depth,
 };
 use ragtime_pipeline::search::{self, Mode, SEARCH_PLAN, SearchRequest};
 use ragtime_store::search::HNSW_BUILD;
@@ -128,84 +129,90 @@ pub async fn pg_scale() {
     };
     let store = Arc::new(store);
     let queries = Arc::new(queries);
-    let all = AllVectors::load(&pool, big).await;
-    let mut exact = Vec::new();
-    for (_, f) in &filters {
-        // Which of the hundred buckets the filter passes, by the filter
-        // language itself.
-        let filter = Filter::parse(f, "filter").expect("filter");
-        let passes: Vec<bool> = (0..100)
-            .map(|b| filter.matches(&serde_json::json!({ "bucket": b })))
-            .collect();
-        let pass = |b: i32| usize::try_from(b).is_ok_and(|b| passes.get(b) == Some(&true));
-        exact.push(
-            queries
-                .iter()
-                .map(|q| all.nearest(q, 10, &pass))
-                .collect::<Vec<_>>(),
-        );
-    }
-    drop(all);
-    for &ef in &efs {
-        let setting = ef.map_or_else(
-            || {
-                format!(
-                    "the engine's limits (ef_search {engine_ef}, filtered 1000, exact below {})",
-                    limits.exact_below
-                )
-            },
-            |ef| format!("ef_search {ef}"),
-        );
-        for ((label, f), exact) in filters.iter().zip(&exact) {
+    // `BENCH_HYBRID_ONLY`: the hybrid and lexical runs alone (no recall,
+    // no dense latencies).
+    if std::env::var_os("BENCH_HYBRID_ONLY").is_none() {
+        let all = AllVectors::load(&pool, big).await;
+        let mut exact = Vec::new();
+        for (_, f) in &filters {
+            // Which of the hundred buckets the filter passes, by the filter
+            // language itself.
             let filter = Filter::parse(f, "filter").expect("filter");
-            let limits = limits_for(ef, &filter);
-            let t = Instant::now();
-            let (mut strict, mut tolerant) = (0.0, 0.0);
-            for (q, exact) in queries.iter().zip(exact) {
-                let found = store
-                    .dense_search(big, q, 10, &filter, limits)
-                    .await
-                    .expect("dense");
-                let (s, t) = recall_at_10(&found, exact);
-                strict += s;
-                tolerant += t;
+            let passes: Vec<bool> = (0..100)
+                .map(|b| filter.matches(&serde_json::json!({ "bucket": b })))
+                .collect();
+            let pass = |b: i32| usize::try_from(b).is_ok_and(|b| passes.get(b) == Some(&true));
+            exact.push(
+                queries
+                    .iter()
+                    .map(|q| all.nearest(q, 10, &pass))
+                    .collect::<Vec<_>>(),
+            );
+        }
+        drop(all);
+        for &ef in &efs {
+            let setting = ef.map_or_else(
+                || {
+                    format!(
+                        "the engine's limits (ef_search {engine_ef}, filtered 1000, exact below {})",
+                        limits.exact_below
+                    )
+                },
+                |ef| format!("ef_search {ef}"),
+            );
+            for ((label, f), exact) in filters.iter().zip(&exact) {
+                let filter = Filter::parse(f, "filter").expect("filter");
+                let limits = limits_for(ef, &filter);
+                let t = Instant::now();
+                let (mut strict, mut tolerant) = (0.0, 0.0);
+                for (q, exact) in queries.iter().zip(exact) {
+                    let found = store
+                        .dense_search(big, q, 10, &filter, limits)
+                        .await
+                        .expect("dense");
+                    let (s, t) = recall_at_10(&found, exact);
+                    strict += s;
+                    tolerant += t;
+                }
+                let n = queries.len() as f64;
+                println!(
+                    "{setting}: dense recall@10 against an exact scan, {label}: {:.3} by id, {:.3} within 1e-3 of the tenth distance ({:.1} ms a query, 1 client)",
+                    strict / n,
+                    tolerant / n,
+                    t.elapsed().as_secs_f64() * 1000.0 / n
+                );
             }
-            let n = queries.len() as f64;
-            println!(
-                "{setting}: dense recall@10 against an exact scan, {label}: {:.3} by id, {:.3} within 1e-3 of the tenth distance ({:.1} ms a query, 1 client)",
-                strict / n,
-                tolerant / n,
-                t.elapsed().as_secs_f64() * 1000.0 / n
-            );
+            if efs.len() > 1 {
+                let all = Arc::new(Filter::All);
+                let limits = limits_for(ef, &Filter::All);
+                let (mut times, qps) = dense_latency(&store, &queries, big, &all, 4, limits).await;
+                println!(
+                    "{setting}: dense, unfiltered, 4 clients: p50 {:.1} ms  p99 {:.1} ms  {qps:.0} queries/s",
+                    pct(&mut times, 50.0),
+                    pct(&mut times, 99.0)
+                );
+            }
         }
-        if efs.len() > 1 {
-            let all = Arc::new(Filter::All);
-            let limits = limits_for(ef, &Filter::All);
-            let (mut times, qps) = dense_latency(&store, &queries, big, &all, 4, limits).await;
-            println!(
-                "{setting}: dense, unfiltered, 4 clients: p50 {:.1} ms  p99 {:.1} ms  {qps:.0} queries/s",
-                pct(&mut times, 50.0),
-                pct(&mut times, 99.0)
-            );
-        }
-    }
-    for (label, f) in &filters {
-        let filter = Arc::new(Filter::parse(f, "filter").expect("filter"));
-        let limits = database_limits(engine_ef, 10, &filter, TIMEOUT);
-        for clients in [1, 4] {
-            let (mut times, qps) =
-                dense_latency(&store, &queries, big, &filter, clients, limits).await;
-            println!(
-                "dense, {label}, {clients} client(s): p50 {:.1} ms  p99 {:.1} ms  {qps:.0} queries/s",
-                pct(&mut times, 50.0),
-                pct(&mut times, 99.0)
-            );
+        for (label, f) in &filters {
+            let filter = Arc::new(Filter::parse(f, "filter").expect("filter"));
+            let limits = database_limits(engine_ef, 10, &filter, TIMEOUT);
+            for clients in [1, 4] {
+                let (mut times, qps) =
+                    dense_latency(&store, &queries, big, &filter, clients, limits).await;
+                println!(
+                    "dense, {label}, {clients} client(s): p50 {:.1} ms  p99 {:.1} ms  {qps:.0} queries/s",
+                    pct(&mut times, 50.0),
+                    pct(&mut times, 99.0)
+                );
+            }
         }
     }
     let words = Arc::new(query_texts());
     // Hybrid as a request retrieves a top 10, through the pipeline's
-    // retrieve stage and the engine's retriever: both sides at depth 100
-    // side by side, fused, then the passages of the fused top documents.
+    // retrieve stage and the engine's retriever: dense 100 chunks and the
+    // lexical ranking side by side (the lexical side then reading its top
+    // documents' passages), fused, then the passages of the fused top
+    // documents not read yet.
     for clients in [1, 4] {
         let (s, w, q) = (store.clone(), words.clone(), queries.clone());
         let (mut times, qps) = concurrently(clients, 200, move |i| {
@@ -227,7 +234,8 @@ pub async fn pg_scale() {
         })
         .await;
         println!(
-            "hybrid top 10 through the pipeline (dense 100 chunks + lexical 100 documents, passages of the fused top 10), {clients} client(s): p50 {:.1} ms  p99 {:.1} ms  {qps:.0} queries/s",
+            "hybrid top 10 through the pipeline (dense 100 chunks + lexical {} documents, passages of the documents shown), {clients} client(s): p50 {:.1} ms  p99 {:.1} ms  {qps:.0} queries/s",
+            lexical_depth(100),
             pct(&mut times, 50.0),
             pct(&mut times, 99.0)
         );
@@ -254,6 +262,28 @@ pub async fn pg_scale() {
             pct(&mut times, 50.0),
             pct(&mut times, 99.0)
         );
+    }
+    // The BM25 ranking alone (no chunks) at the pipeline's depth and
+    // shallower: what the index's walk costs by how many it ranks.
+    for depth in [100, 50, 30] {
+        for clients in [1, 4] {
+            let (s, w) = (store.clone(), words.clone());
+            let (mut times, qps) = concurrently(clients, 120, move |i| {
+                let (s, w) = (s.clone(), w.clone());
+                async move {
+                    let text = &w[i % w.len()];
+                    s.ranked_documents(big, text, depth, &Filter::All, limits)
+                        .await
+                        .expect("ranked");
+                }
+            })
+            .await;
+            println!(
+                "lexical ranking alone, top {depth} documents, {clients} client(s): p50 {:.1} ms  p99 {:.1} ms  {qps:.0} queries/s",
+                pct(&mut times, 50.0),
+                pct(&mut times, 99.0)
+            );
+        }
     }
     for clients in [1, 4] {
         let (s, w) = (store.clone(), words.clone());

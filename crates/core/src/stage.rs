@@ -63,18 +63,20 @@ pub trait Retriever: Send + Sync {
     ) -> Result<Vec<DocHit>, StageError>;
     /// Whether this retriever picks a document's passages apart from
     /// ranking it: the pipeline then asks [`Retriever::lexical_documents`]
-    /// for none (`per_document` 0) and, once the two sides are fused, asks
-    /// [`Retriever::passages`] for those of the documents it keeps. An
-    /// engine that must read every chunk of a ranked document to score
-    /// them (the database) reads a top 10's instead of a top 100's; one
-    /// that holds them at hand picks them with the ranking.
+    /// for none (`per_document` 0) and asks [`Retriever::passages`] for
+    /// those of the documents it shows (the lexical side's top, then the
+    /// fused top's). An engine that must read every chunk of a ranked
+    /// document to score them (the database) reads a top 10's instead of
+    /// a top 100's; one that holds them at hand picks them with the
+    /// ranking.
     fn passages_apart(&self) -> bool {
         false
     }
-    /// The passages of `documents` (ids the lexical side returned) as
-    /// [`Retriever::lexical_documents`] picks a document's, each document
-    /// with its chunks and a score of 0, in the order asked; a document
-    /// gone since is left out. Only called where
+    /// The passages of `documents` (ids the lexical side returned), picked
+    /// as [`Retriever::lexical_documents`] picks a document's (a scale
+    /// that spans documents may come from those read so far), each
+    /// document with its chunks and a score of 0, in the order asked; a
+    /// document gone since is left out. Only called where
     /// [`Retriever::passages_apart`] holds.
     async fn passages(
         &self,

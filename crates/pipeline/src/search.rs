@@ -8,7 +8,7 @@
 use crate::budget::{Done, Policy, RequestBudget, StageCtx, StagePlan};
 use crate::rerank::{RerankParams, rerank};
 use ragtime_core::{
-    BudgetReport, DocHit, Embedder, Filter, Fusion, FusionParams, Hit, Passage, Reranker,
+    BudgetReport, Cancel, DocHit, Embedder, Filter, Fusion, FusionParams, Hit, Passage, Reranker,
     Retriever, Stage, StageError, fuse,
 };
 use std::collections::HashMap;
@@ -175,6 +175,12 @@ pub async fn retrieve_with(
     let want_lexical = req.mode != Mode::Dense || vector.is_none();
     let apart = retriever.passages_apart();
     let per_document = if apart { 0 } else { PASSAGES_PER_DOCUMENT };
+    let passages = &Passages {
+        retriever,
+        query: &req.query,
+        vector: vector.clone(),
+        top_k,
+    };
     let run = budget
         .run(Stage::Retrieve, |ctx| async move {
             let cancel = ctx.cancel();
@@ -193,21 +199,27 @@ pub async fn retrieve_with(
                 openinference.span.kind = "RETRIEVER"
             ));
             let lexical = async {
-                if want_lexical {
-                    retriever
-                        .lexical_documents(
-                            &req.query,
-                            k,
-                            &req.filter,
-                            vector.clone(),
-                            per_document,
-                            cancel.clone(),
-                        )
-                        .await
-                        .map(Some)
-                } else {
-                    Ok(None)
+                if !want_lexical {
+                    return Ok(None);
                 }
+                let mut docs = retriever
+                    .lexical_documents(
+                        &req.query,
+                        k,
+                        &req.filter,
+                        vector.clone(),
+                        per_document,
+                        cancel.clone(),
+                    )
+                    .await?;
+                if apart {
+                    // Its own top documents' passages, while the dense
+                    // side runs: they stand should the dense side overrun.
+                    let top: Vec<i64> = docs.iter().take(top_k).map(|d| d.document_id).collect();
+                    let found = passages.read(&top, cancel.clone()).await?;
+                    with_passages(&mut docs, found);
+                }
+                Ok(Some(docs))
             }
             .instrument(tracing::info_span!(
                 "lexical",
@@ -217,16 +229,12 @@ pub async fn retrieve_with(
             if !apart {
                 return Ok(found);
             }
-            let passages = Passages {
-                retriever,
-                query: &req.query,
-                vector: vector.clone(),
-                top_k,
-                fusion,
-            };
             passages
-                .add(found, &ctx)
-                .instrument(tracing::info_span!("passages"))
+                .fill(found, fusion, &ctx)
+                .instrument(tracing::info_span!(
+                    "passages",
+                    openinference.span.kind = "RETRIEVER"
+                ))
                 .await
         })
         .await;
@@ -342,41 +350,60 @@ impl<'a> Fused<'a> {
     }
 }
 
-/// The second step of a retriever that picks passages apart from ranking
-/// documents ([`Retriever::passages_apart`]): once both sides are in,
-/// the passages of the lexical side's documents among the fused top
-/// `top_k` (each of them gives one passage at least, so no document
-/// further down is shown), under the same stage budget.
+/// Passages of a retriever that picks them apart from ranking documents
+/// ([`Retriever::passages_apart`]), read in two steps under the stage's
+/// budget: the lexical side reads its own top `top_k` documents' as soon
+/// as it has ranked them (beside the dense side, and standing should that
+/// side overrun); once both sides are fused, the documents of the fused
+/// top `top_k` that are still without any are read ([`Passages::fill`]).
+/// Each document of the top gives one passage at least, so no document
+/// further down is shown, unless one of the top has gone since or gives
+/// only copies of passages shown above it.
 struct Passages<'a> {
     retriever: &'a dyn Retriever,
     query: &'a str,
     vector: Option<Arc<Vec<f32>>>,
     top_k: usize,
-    fusion: &'a FusionParams,
 }
 
 impl Passages<'_> {
-    /// `found` with its top lexical documents' passages. Should they
-    /// overrun the stage's time or fail, the documents go on without them:
-    /// a document the dense side found too answers with the chunks that
-    /// side found; one found only by the lexical side has none to show.
-    async fn add(self, found: Done<Pair>, ctx: &StageCtx<Pair>) -> Result<Done<Pair>, StageError> {
+    async fn read(&self, documents: &[i64], cancel: Cancel) -> Result<Vec<DocHit>, StageError> {
+        if documents.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.retriever
+            .passages(
+                self.query,
+                documents,
+                self.vector.clone(),
+                PASSAGES_PER_DOCUMENT,
+                cancel,
+            )
+            .await
+    }
+
+    /// `found` with the passages of its fused top documents that the
+    /// lexical side found but has none of yet. Should they overrun the
+    /// stage's time or fail, the documents go on without them: a document
+    /// the dense side found too answers with the chunks that side found;
+    /// one found only by the lexical side has none to show.
+    async fn fill(
+        &self,
+        found: Done<Pair>,
+        fusion: &FusionParams,
+        ctx: &StageCtx<Pair>,
+    ) -> Result<Done<Pair>, StageError> {
         let (mut pair, note) = match found {
             Done::Full(p) => (p, None),
             Done::Partial(p, n) => (p, Some(n)),
         };
         let wanted: Vec<i64> = {
-            let f = Fused::new(
-                self.retriever,
-                pair.0.as_deref(),
-                pair.1.as_deref(),
-                self.fusion,
-            );
+            let f = Fused::new(self.retriever, pair.0.as_deref(), pair.1.as_deref(), fusion);
             f.order
                 .iter()
                 .take(self.top_k)
                 .map(|&(doc, _)| doc)
-                .filter(|doc| f.lexical_chunks.contains_key(doc))
+                .filter(|doc| f.lexical_chunks.get(doc).is_some_and(|c| c.is_empty()))
                 .collect()
         };
         let done = |pair, more: Option<String>| {
@@ -390,28 +417,15 @@ impl Passages<'_> {
         if wanted.is_empty() {
             return Ok(done(pair, None));
         }
-        const WITHOUT: &str = "the lexical side's documents without their passages";
-        ctx.keep(pair.clone(), format!("passages overran: {WITHOUT}"));
-        let asked = self
-            .retriever
-            .passages(
-                self.query,
-                &wanted,
-                self.vector.clone(),
-                PASSAGES_PER_DOCUMENT,
-                ctx.cancel(),
-            )
-            .await;
-        match asked {
+        const WITHOUT: &str = "some of the lexical side's documents shown without their passages";
+        let kept = done(pair.clone(), Some(format!("passages overran: {WITHOUT}")));
+        if let Done::Partial(p, n) = kept {
+            ctx.keep(p, n);
+        }
+        match self.read(&wanted, ctx.cancel()).await {
             Ok(docs) => {
-                let mut of: HashMap<i64, Vec<Hit>> = docs
-                    .into_iter()
-                    .map(|d| (d.document_id, d.chunks))
-                    .collect();
-                for d in pair.1.iter_mut().flatten() {
-                    if let Some(chunks) = of.remove(&d.document_id) {
-                        d.chunks = chunks;
-                    }
+                if let Some(lexical) = &mut pair.1 {
+                    with_passages(lexical, docs);
                 }
                 Ok(done(pair, None))
             }
@@ -419,6 +433,19 @@ impl Passages<'_> {
                 pair,
                 Some(format!("passages failed ({e}): {WITHOUT}")),
             )),
+        }
+    }
+}
+
+/// Gives the documents of `docs` the chunks `found` holds for them.
+fn with_passages(docs: &mut [DocHit], found: Vec<DocHit>) {
+    let mut of: HashMap<i64, Vec<Hit>> = found
+        .into_iter()
+        .map(|d| (d.document_id, d.chunks))
+        .collect();
+    for d in docs {
+        if let Some(chunks) = of.remove(&d.document_id) {
+            d.chunks = chunks;
         }
     }
 }
@@ -641,24 +668,26 @@ mod tests {
     }
 
     /// Six documents of two chunks each (document `d`: chunks `2d - 1`
-    /// and `2d`), the query's words more often the lower `d` is.
-    fn six_documents() -> ragtime_testkit::MemoryRetriever {
+    /// and `2d`), the query's words more often the lower `d` is; and
+    /// document 7, one chunk of the query's words alone: the dense side's
+    /// best, the lexical side's fourth (tied with the third), and the
+    /// fused third.
+    fn seven_documents() -> ragtime_testkit::MemoryRetriever {
         let mut chunks = Vec::new();
+        let mut add = |id: i64, d: i64, title: String, text: String| {
+            let mut c =
+                ragtime_testkit::chunk(id, &format!("d{d}"), &title, &text, serde_json::json!({}));
+            c.document_id = d;
+            c.position = i32::from(id % 2 == 0);
+            chunks.push(c);
+        };
         for d in 1..=6i64 {
             for (id, words) in [(2 * d - 1, 7 - d), (2 * d, (7 - d) / 2)] {
                 let text = format!("{} filler {d} {id}", "alpha beta ".repeat(words as usize));
-                let mut c = ragtime_testkit::chunk(
-                    id,
-                    &format!("d{d}"),
-                    &format!("document {d}"),
-                    &text,
-                    serde_json::json!({}),
-                );
-                c.document_id = d;
-                c.position = i32::from(id % 2 == 0);
-                chunks.push(c);
+                add(id, d, format!("document {d}"), text);
             }
         }
+        add(13, 7, String::new(), "alpha beta ".repeat(6));
         ragtime_testkit::MemoryRetriever::new(&ragtime_testkit::HashEmbedder::new(8), chunks)
     }
 
@@ -677,16 +706,22 @@ mod tests {
         ))
     }
 
+    fn apart(side: ragtime_testkit::Side) -> ragtime_testkit::MemoryRetriever {
+        let mut r = seven_documents();
+        r.apart = Some(side);
+        r
+    }
+
     #[tokio::test(start_paused = true)]
-    async fn passages_picked_apart_are_those_the_ranking_picks_for_the_top_documents_only() {
-        let together = six_documents();
+    async fn passages_picked_apart_are_those_the_ranking_picks_for_the_documents_shown_only() {
+        let together = seven_documents();
         let whole = retrieve(&budget(), &together, &request(), query_vector(), 3).await;
         assert!(!whole.partial(), "{:?}", whole.report);
         assert_eq!(whole.hits.len(), 3);
+        assert_eq!(together.per_document_asked(), [PASSAGES_PER_DOCUMENT]);
 
-        let mut apart = six_documents();
-        apart.apart = Some(ragtime_testkit::Side::default());
-        let out = retrieve(&budget(), &apart, &request(), query_vector(), 3).await;
+        let r = apart(ragtime_testkit::Side::default());
+        let out = retrieve(&budget(), &r, &request(), query_vector(), 3).await;
         assert!(!out.partial(), "{:?}", out.report);
         assert_eq!(passages(&out.hits), passages(&whole.hits));
         assert!(
@@ -695,78 +730,115 @@ mod tests {
                 .zip(&whole.hits)
                 .all(|(a, b)| a.score == b.score)
         );
-        // One call, for the fused top 3 documents the lexical side found
-        // (of the six it ranked), best first.
-        let asked = apart.passages_asked();
-        assert_eq!(asked.len(), 1, "{asked:?}");
-        assert_eq!(asked[0].len(), 3, "{asked:?}");
-        let mut shown: Vec<i64> = Vec::new();
-        for p in &whole.hits {
-            if !shown.contains(&p.chunk.document_id) {
-                shown.push(p.chunk.document_id);
-            }
-        }
-        assert_eq!(asked[0][..shown.len()], shown[..], "{asked:?}");
+        // The ranking without passages; then the lexical side's top 3
+        // (of the seven it ranked), best first; then document 7, in the
+        // fused top 3 but the lexical side's last.
+        assert_eq!(r.per_document_asked(), [0]);
+        assert_eq!(r.passages_asked(), [vec![1, 2, 3], vec![7]]);
 
-        // Lexical alone: every passage shown is one asked for apart.
+        // Lexical alone: what is shown is what was read apart.
         let lexical = SearchRequest {
             mode: Mode::Lexical,
             ..request()
         };
         let whole = retrieve(&budget(), &together, &lexical, None, 3).await;
-        let out = retrieve(&budget(), &apart, &lexical, None, 3).await;
+        let out = retrieve(&budget(), &r, &lexical, None, 3).await;
         assert_eq!(whole.hits.len(), 3);
         assert_eq!(passages(&out.hits), passages(&whole.hits));
-        assert_eq!(apart.passages_asked().len(), 2);
+        assert_eq!(r.passages_asked().len(), 3);
 
         // Dense alone asks for none.
         let dense = SearchRequest {
             mode: Mode::Dense,
             ..request()
         };
-        retrieve(&budget(), &apart, &dense, query_vector(), 3).await;
-        assert_eq!(apart.passages_asked().len(), 2);
+        retrieve(&budget(), &r, &dense, query_vector(), 3).await;
+        assert_eq!(r.passages_asked().len(), 3);
     }
 
     #[tokio::test(start_paused = true)]
-    async fn passages_that_overrun_or_fail_leave_the_documents_with_what_dense_found() {
-        let whole = retrieve(&budget(), &six_documents(), &request(), query_vector(), 3).await;
+    async fn passages_that_overrun_or_fail_leave_the_documents_with_what_is_at_hand() {
+        let whole = retrieve(&budget(), &seven_documents(), &request(), query_vector(), 3).await;
+        let shown = |hits: &[Passage]| -> Vec<i64> {
+            let mut d: Vec<i64> = hits.iter().map(|p| p.chunk.document_id).collect();
+            d.dedup();
+            d
+        };
         for (side, says) in [
             (
                 ragtime_testkit::Side {
                     delay: Duration::from_secs(60),
                     fail: false,
                 },
-                "passages overran",
+                "lexical overran",
             ),
             (
                 ragtime_testkit::Side {
                     delay: Duration::ZERO,
                     fail: true,
                 },
-                "passages failed",
+                "lexical failed",
             ),
         ] {
-            let mut r = six_documents();
-            r.apart = Some(side);
+            // The lexical side's own passages overrun or fail: the dense
+            // side's results stand, each document with the chunks that
+            // side found.
+            let r = apart(side);
             let out = retrieve(&budget(), &r, &request(), query_vector(), 3).await;
             let stage = out.report.stage(Stage::Retrieve).expect("retrieve ran");
             assert_eq!(stage.outcome, Outcome::Partial, "{says}");
             let detail = stage.detail.clone().unwrap_or_default();
             assert!(detail.contains(says), "{detail}");
             assert!(stage.elapsed_ms <= 50, "{}", stage.elapsed_ms);
-            // Both rankings stand, so the documents do (the dense side
-            // found every one here); each shows the chunks the dense side
-            // found of it.
-            assert!(!out.hits.is_empty());
-            assert_eq!(out.sources, ["dense", "lexical"]);
-            let shown = |hits: &[Passage]| -> Vec<i64> {
-                let mut d: Vec<i64> = hits.iter().map(|p| p.chunk.document_id).collect();
-                d.dedup();
-                d
-            };
-            assert_eq!(shown(&out.hits), shown(&whole.hits));
+            assert_eq!(out.sources, ["dense"]);
+            let dense = retrieve(
+                &budget(),
+                &seven_documents(),
+                &SearchRequest {
+                    mode: Mode::Dense,
+                    ..request()
+                },
+                query_vector(),
+                3,
+            )
+            .await;
+            assert_eq!(passages(&out.hits), passages(&dense.hits));
         }
+        // The dense side overruns: the lexical side's documents stand
+        // with their passages.
+        let mut r = apart(ragtime_testkit::Side::default());
+        r.dense = ragtime_testkit::Side {
+            delay: Duration::from_secs(60),
+            fail: false,
+        };
+        let out = retrieve(&budget(), &r, &request(), query_vector(), 3).await;
+        assert!(out.partial());
+        assert_eq!(out.sources, ["lexical"]);
+        assert_eq!(shown(&out.hits), [1, 2]);
+        assert_eq!(out.hits.len(), 3);
+        assert!(!whole.hits.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fused_top_passages_that_overrun_leave_the_documents_standing() {
+        // Only the second read (document 7's, in the fused top but not in
+        // the lexical side's) overruns: the fused documents stand, 7 with
+        // the chunk the dense side found.
+        let whole = retrieve(&budget(), &seven_documents(), &request(), query_vector(), 3).await;
+        let mut r = apart(ragtime_testkit::Side::default());
+        r.apart_later = Some(ragtime_testkit::Side {
+            delay: Duration::from_secs(60),
+            fail: false,
+        });
+        let out = retrieve(&budget(), &r, &request(), query_vector(), 3).await;
+        let stage = out.report.stage(Stage::Retrieve).expect("retrieve ran");
+        assert_eq!(stage.outcome, Outcome::Partial);
+        assert_eq!(stage.elapsed_ms, 50);
+        let detail = stage.detail.clone().unwrap_or_default();
+        assert!(detail.contains("passages overran"), "{detail}");
+        assert_eq!(out.sources, ["dense", "lexical"]);
+        assert_eq!(passages(&out.hits), passages(&whole.hits));
+        assert_eq!(r.passages_asked(), [vec![1, 2, 3], vec![7]]);
     }
 
     fn budget() -> RequestBudget {

@@ -512,7 +512,7 @@ impl Store {
         limits: SearchLimits,
     ) -> Result<Vec<FoundDocument>, StoreError> {
         self.on_reader(|p, dim| {
-            let chunks = Some(vector);
+            let chunks = Chunks::Scored(vector);
             self.lexical_on(p, dim, collection_id, query, k, filter, chunks, limits)
         })
         .await
@@ -531,7 +531,7 @@ impl Store {
         limits: SearchLimits,
     ) -> Result<Vec<FoundDocument>, StoreError> {
         self.on_reader(|p, dim| {
-            self.lexical_on(p, dim, collection_id, query, k, filter, None, limits)
+            self.lexical_on(p, dim, collection_id, query, k, filter, Chunks::No, limits)
         })
         .await
     }
@@ -549,6 +549,9 @@ impl Store {
         vector: Option<&[f32]>,
         limits: SearchLimits,
     ) -> Result<Vec<FoundDocument>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
         self.on_reader(|p, dim| async move {
             let mut tx = p.begin().await?;
             let running = set_limits(p, &mut tx, limits).await?;
@@ -562,8 +565,7 @@ impl Store {
         .await
     }
 
-    /// The ranking, and with `chunks` set (to the query vector, if any)
-    /// each document's chunks scored.
+    /// The ranking, and each document's chunks scored where `chunks` asks.
     #[allow(clippy::too_many_arguments)]
     async fn lexical_on(
         &self,
@@ -573,7 +575,7 @@ impl Store {
         query: &str,
         k: usize,
         filter: &Filter,
-        chunks: Option<Option<&[f32]>>,
+        chunks: Chunks<'_>,
         limits: SearchLimits,
     ) -> Result<Vec<FoundDocument>, StoreError> {
         let cond = compile(filter, "d.meta", 4);
@@ -594,7 +596,7 @@ impl Store {
             }
         };
         let found = match (docs, chunks) {
-            (Ok(d), Some(vector)) if !d.is_empty() => {
+            (Ok(d), Chunks::Scored(vector)) if !d.is_empty() => {
                 with_chunks(&mut tx, dim, collection_id, query, d, vector).await
             }
             (Ok(d), _) => Ok(d
@@ -636,6 +638,15 @@ impl Store {
             )),
         }
     }
+}
+
+/// What a lexical search reads beside its ranking.
+#[derive(Debug, Clone, Copy)]
+enum Chunks<'a> {
+    /// Nothing: the ranking alone.
+    No,
+    /// Each document's chunks, scored (against the query vector, if any).
+    Scored(Option<&'a [f32]>),
 }
 
 /// The documents `docs` (`(id, score)`, in that order) of the collection,

@@ -483,6 +483,11 @@ async fn needs_pgvector_passages_read_apart_are_those_read_with_the_ranking() {
             .await
             .expect("passages");
         assert_eq!(apart.len(), 2, "{apart:?}");
+        let none = store
+            .document_passages(a, query, &[], vector.as_deref(), LIMITS)
+            .await
+            .expect("none");
+        assert!(none.is_empty());
         for (got, want) in apart.iter().zip([&whole[1], &whole[0]]) {
             assert_eq!(got.document_id, want.document_id);
             assert_eq!(got.score, 0.0);

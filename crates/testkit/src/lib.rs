@@ -150,8 +150,13 @@ pub struct MemoryRetriever {
     /// Set: passages are picked apart from the lexical ranking
     /// ([`Retriever::passages_apart`]), taking this long.
     pub apart: Option<Side>,
+    /// How long the second and later passage reads of a search take
+    /// instead (`apart`'s when unset).
+    pub apart_later: Option<Side>,
     /// The documents each [`Retriever::passages`] call asked for.
     asked: Mutex<Vec<Vec<i64>>>,
+    /// The `per_document` of each [`Retriever::lexical_documents`] call.
+    per_document: Mutex<Vec<usize>>,
 }
 
 impl MemoryRetriever {
@@ -168,8 +173,18 @@ impl MemoryRetriever {
             dense: Side::default(),
             lexical: Side::default(),
             apart: None,
+            apart_later: None,
             asked: Mutex::default(),
+            per_document: Mutex::default(),
         }
+    }
+
+    /// The `per_document` each lexical search was asked for, in order.
+    pub fn per_document_asked(&self) -> Vec<usize> {
+        self.per_document
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// The documents each [`Retriever::passages`] call asked for, in
@@ -260,6 +275,10 @@ impl Retriever for MemoryRetriever {
         per_document: usize,
         cancel: Cancel,
     ) -> Result<Vec<DocHit>, StageError> {
+        self.per_document
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(per_document);
         side(self.lexical, &cancel).await?;
         // Documents in order of first appearance, with their chunks.
         let mut docs: Vec<(i64, Vec<&(Arc<Chunk>, Vec<f32>)>)> = Vec::new();
@@ -315,11 +334,16 @@ impl Retriever for MemoryRetriever {
         per_document: usize,
         cancel: Cancel,
     ) -> Result<Vec<DocHit>, StageError> {
-        self.asked
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(documents.to_vec());
-        side(self.apart.unwrap_or_default(), &cancel).await?;
+        let later = {
+            let mut asked = self.asked.lock().unwrap_or_else(PoisonError::into_inner);
+            asked.push(documents.to_vec());
+            asked.len() > 1
+        };
+        let how = match self.apart_later {
+            Some(s) if later => s,
+            _ => self.apart.unwrap_or_default(),
+        };
+        side(how, &cancel).await?;
         Ok(documents
             .iter()
             .filter_map(|&document_id| {

@@ -92,6 +92,21 @@ pub fn database_limits(
     }
 }
 
+/// The documents the database engine's lexical side ranks of the `k`
+/// candidates the pipeline asks each side for: three tenths (30 of a top
+/// 10's 100). pg_textsearch's walk costs by its depth — at 1M chunks the
+/// ranking alone reads p50 19.7 ms at 100, 11.5 at 50, 8.3 at 30 on one
+/// client, and hybrid retrieval p50 / p99 25.2 / 43.3 ms at 100 against
+/// 12.0 / 18.4 at 30 (51.3 / 96.2 against 33.4 / 59.6 at four clients;
+/// `ragtime-bench pgscale`) — while SciFact's hybrid nDCG@10 (top 10)
+/// reads 0.7377 at 100, 0.7373 at 50 and 0.7370 at 30 on the
+/// even-numbered train queries it was chosen on, the cheapest within
+/// 0.001 of the best, and 0.7002 against 0.6967 on the odd-numbered
+/// ones (docs/scaling.md).
+pub fn lexical_depth(k: usize) -> usize {
+    (k * 3).div_ceil(10).max(1)
+}
+
 /// How the database engine's rankings fuse: its lexical scores are
 /// another BM25's (or `ts_rank`'s), so its fusion is chosen by its own
 /// measurement (`BENCH_ENGINE=postgres ragtime-bench fusion`: the grid
@@ -242,6 +257,7 @@ pub fn database_retriever(store: Store, collection: i64, ef_search: usize) -> Ar
         collection,
         ef_search,
         found: Mutex::default(),
+        rank_scale: Mutex::default(),
     })
 }
 
@@ -254,6 +270,9 @@ struct DatabaseRetriever {
     collection: i64,
     ef_search: usize,
     found: Mutex<HashMap<i64, Arc<Chunk>>>,
+    /// The best chunk rank among the documents read so far (the scale of
+    /// [`in_document_score`]).
+    rank_scale: Mutex<f32>,
 }
 
 impl DatabaseRetriever {
@@ -275,13 +294,24 @@ impl DatabaseRetriever {
     /// Each document with its passages picked ([`pick_passages`]) and
     /// those chunks kept for [`Retriever::chunk`]. As the in-memory
     /// engine: the scale of chunk ranks is the best among documents with
-    /// more than one chunk to choose from (here those read together).
+    /// more than one chunk to choose from — here among those this
+    /// request has read, the lexical side's top first (the in-memory
+    /// engine's is among all the documents it ranked, so a pick can differ
+    /// where the best chunk lies in a document read by neither).
     fn picked(&self, docs: Vec<FoundDocument>, vector: bool, per_document: usize) -> Vec<DocHit> {
-        let top = docs
+        let best = docs
             .iter()
             .filter(|d| d.chunks.len() > 1)
             .flat_map(|d| d.chunks.iter().map(|c| c.rank))
             .fold(0.0f32, f32::max);
+        let top = {
+            let mut scale = self
+                .rank_scale
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            *scale = scale.max(best);
+            *scale
+        };
         let mut hits = Vec::with_capacity(docs.len());
         for d in docs {
             let chunks = pick_passages(&d.chunks, vector, top, per_document);
@@ -352,6 +382,7 @@ impl Retriever for DatabaseRetriever {
         per_document: usize,
         cancel: Cancel,
     ) -> Result<Vec<DocHit>, StageError> {
+        let k = lexical_depth(k);
         let limits = self.limits(&cancel, k, filter)?;
         let vector_ref = vector.as_deref().map(Vec::as_slice);
         let docs = if per_document == 0 {
@@ -367,7 +398,7 @@ impl Retriever for DatabaseRetriever {
         Ok(self.picked(docs, vector.is_some(), per_document))
     }
 
-    /// Passages are read for the fused top documents only: scoring a
+    /// Passages are read for the documents shown only: scoring a
     /// document's chunks reads them all, and a top 100's cost the database
     /// 6–14 ms of a hybrid search's ≈ 35 at 1M chunks (`ragtime-bench
     /// pgscale`), where a top 10 is what is shown.
@@ -452,6 +483,14 @@ fn pick_passages(chunks: &[FoundChunk], vector: bool, top: f32, per_document: us
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_lexical_side_ranks_three_tenths_of_the_candidates() {
+        assert_eq!(lexical_depth(100), 30);
+        assert_eq!(lexical_depth(300), 90);
+        assert_eq!(lexical_depth(1), 1);
+        assert_eq!(lexical_depth(0), 1);
+    }
 
     #[test]
     fn the_candidate_list_grows_with_the_database_and_stays_within_pgvectors_bound() {

@@ -31,7 +31,7 @@ mod write;
 
 pub use database::{
     DATABASE_EXACT_BELOW, DATABASE_FUSION, DEFAULT_EF_SEARCH, database_limits, database_retriever,
-    ef_search_for,
+    ef_search_for, lexical_depth,
 };
 pub use engine::{Change, EngineStatus, IndexBytes, IndexEngine};
 pub use follower::Lag;
