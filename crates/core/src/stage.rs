@@ -61,6 +61,14 @@ pub trait Retriever: Send + Sync {
         per_document: usize,
         cancel: Cancel,
     ) -> Result<Vec<DocHit>, StageError>;
+    /// Documents the lexical side ranks in a hybrid search whose sides
+    /// are asked for `k` candidates each (the pipeline never asks for
+    /// fewer than it shows): `k` unless a ranking costs by its depth and
+    /// a shallower one was measured to lose nothing that matters (the
+    /// database engine's).
+    fn hybrid_lexical_depth(&self, k: usize) -> usize {
+        k
+    }
     /// Whether this retriever picks a document's passages apart from
     /// ranking it: the pipeline then asks [`Retriever::lexical_documents`]
     /// for none (`per_document` 0) and asks [`Retriever::passages`] for

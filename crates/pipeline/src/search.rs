@@ -173,6 +173,13 @@ pub async fn retrieve_with(
 ) -> SearchOutcome {
     let k = candidates(top_k, fusion);
     let want_lexical = req.mode != Mode::Dense || vector.is_none();
+    // Beside the dense side the lexical side may rank fewer (never fewer
+    // than are shown); alone it ranks them all.
+    let lexical_k = if vector.is_some() {
+        retriever.hybrid_lexical_depth(k).max(top_k).min(k)
+    } else {
+        k
+    };
     let apart = retriever.passages_apart();
     let per_document = if apart { 0 } else { PASSAGES_PER_DOCUMENT };
     let passages = &Passages {
@@ -205,7 +212,7 @@ pub async fn retrieve_with(
                 let mut docs = retriever
                     .lexical_documents(
                         &req.query,
-                        k,
+                        lexical_k,
                         &req.filter,
                         vector.clone(),
                         per_document,
@@ -215,9 +222,14 @@ pub async fn retrieve_with(
                 if apart {
                     // Its own top documents' passages, while the dense
                     // side runs: they stand should the dense side overrun.
+                    // Should the read fail, the ranking stands: the fused
+                    // top's passages are read again after fusion.
                     let top: Vec<i64> = docs.iter().take(top_k).map(|d| d.document_id).collect();
-                    let found = passages.read(&top, cancel.clone()).await?;
-                    with_passages(&mut docs, found);
+                    match passages.read(&top, cancel.clone()).await {
+                        Ok(found) => with_passages(&mut docs, found),
+                        Err(StageError::Cancelled) => return Err(StageError::Cancelled),
+                        Err(e) => tracing::debug!(error = %e, "the lexical side's passages"),
+                    }
                 }
                 Ok(Some(docs))
             }
@@ -718,7 +730,7 @@ mod tests {
         let whole = retrieve(&budget(), &together, &request(), query_vector(), 3).await;
         assert!(!whole.partial(), "{:?}", whole.report);
         assert_eq!(whole.hits.len(), 3);
-        assert_eq!(together.per_document_asked(), [PASSAGES_PER_DOCUMENT]);
+        assert_eq!(together.lexical_asked(), [(100, PASSAGES_PER_DOCUMENT)]);
 
         let r = apart(ragtime_testkit::Side::default());
         let out = retrieve(&budget(), &r, &request(), query_vector(), 3).await;
@@ -733,7 +745,7 @@ mod tests {
         // The ranking without passages; then the lexical side's top 3
         // (of the seven it ranked), best first; then document 7, in the
         // fused top 3 but the lexical side's last.
-        assert_eq!(r.per_document_asked(), [0]);
+        assert_eq!(r.lexical_asked(), [(100, 0)]);
         assert_eq!(r.passages_asked(), [vec![1, 2, 3], vec![7]]);
 
         // Lexical alone: what is shown is what was read apart.
@@ -759,51 +771,51 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn passages_that_overrun_or_fail_leave_the_documents_with_what_is_at_hand() {
         let whole = retrieve(&budget(), &seven_documents(), &request(), query_vector(), 3).await;
-        let shown = |hits: &[Passage]| -> Vec<i64> {
-            let mut d: Vec<i64> = hits.iter().map(|p| p.chunk.document_id).collect();
-            d.dedup();
-            d
+        // The lexical side's own passages overrun: the dense side's
+        // results stand, each document with the chunks that side found.
+        let r = apart(ragtime_testkit::Side {
+            delay: Duration::from_secs(60),
+            fail: false,
+        });
+        let out = retrieve(&budget(), &r, &request(), query_vector(), 3).await;
+        let stage = out.report.stage(Stage::Retrieve).expect("retrieve ran");
+        assert_eq!(stage.outcome, Outcome::Partial);
+        let detail = stage.detail.clone().unwrap_or_default();
+        assert!(detail.contains("lexical overran"), "{detail}");
+        assert_eq!(stage.elapsed_ms, 50);
+        assert_eq!(out.sources, ["dense"]);
+        let dense_only = SearchRequest {
+            mode: Mode::Dense,
+            ..request()
         };
-        for (side, says) in [
-            (
-                ragtime_testkit::Side {
-                    delay: Duration::from_secs(60),
-                    fail: false,
-                },
-                "lexical overran",
-            ),
-            (
-                ragtime_testkit::Side {
-                    delay: Duration::ZERO,
-                    fail: true,
-                },
-                "lexical failed",
-            ),
-        ] {
-            // The lexical side's own passages overrun or fail: the dense
-            // side's results stand, each document with the chunks that
-            // side found.
-            let r = apart(side);
-            let out = retrieve(&budget(), &r, &request(), query_vector(), 3).await;
-            let stage = out.report.stage(Stage::Retrieve).expect("retrieve ran");
-            assert_eq!(stage.outcome, Outcome::Partial, "{says}");
-            let detail = stage.detail.clone().unwrap_or_default();
-            assert!(detail.contains(says), "{detail}");
-            assert!(stage.elapsed_ms <= 50, "{}", stage.elapsed_ms);
-            assert_eq!(out.sources, ["dense"]);
-            let dense = retrieve(
-                &budget(),
-                &seven_documents(),
-                &SearchRequest {
-                    mode: Mode::Dense,
-                    ..request()
-                },
-                query_vector(),
-                3,
-            )
-            .await;
-            assert_eq!(passages(&out.hits), passages(&dense.hits));
-        }
+        let dense = retrieve(
+            &budget(),
+            &seven_documents(),
+            &dense_only,
+            query_vector(),
+            3,
+        )
+        .await;
+        assert_eq!(passages(&out.hits), passages(&dense.hits));
+
+        // Every passage read fails: the fused ranking stands (both
+        // sides'), each document with what the dense side found of it —
+        // here every chunk, so what is shown is what a whole read shows.
+        let r = apart(ragtime_testkit::Side {
+            delay: Duration::ZERO,
+            fail: true,
+        });
+        let out = retrieve(&budget(), &r, &request(), query_vector(), 3).await;
+        let stage = out.report.stage(Stage::Retrieve).expect("retrieve ran");
+        assert_eq!(stage.outcome, Outcome::Partial);
+        let detail = stage.detail.clone().unwrap_or_default();
+        assert!(detail.contains("passages failed"), "{detail}");
+        assert_eq!(out.sources, ["dense", "lexical"]);
+        assert_eq!(passages(&out.hits), passages(&whole.hits));
+        // Both reads were tried: the lexical side's top, then the fused
+        // top's (all without passages).
+        assert_eq!(r.passages_asked(), [vec![1, 2, 3], vec![1, 2, 7]]);
+
         // The dense side overruns: the lexical side's documents stand
         // with their passages.
         let mut r = apart(ragtime_testkit::Side::default());
@@ -814,9 +826,53 @@ mod tests {
         let out = retrieve(&budget(), &r, &request(), query_vector(), 3).await;
         assert!(out.partial());
         assert_eq!(out.sources, ["lexical"]);
-        assert_eq!(shown(&out.hits), [1, 2]);
-        assert_eq!(out.hits.len(), 3);
-        assert!(!whole.hits.is_empty());
+        let shown: Vec<i64> = passages(&out.hits).iter().map(|p| p.0).collect();
+        assert_eq!(shown, [1, 1, 2]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn filling_gives_the_fused_top_documents_without_passages_theirs() {
+        let r = apart(ragtime_testkit::Side::default());
+        let passages = Passages {
+            retriever: &r,
+            query: "alpha beta",
+            vector: None,
+            top_k: 2,
+        };
+        // Documents 1 and 2 without passages, 3 with one: 1 and 2 are read.
+        let lexical = vec![doc(1, 3.0, &[]), doc(2, 2.0, &[]), doc(3, 1.0, &[(5, 1.0)])];
+        let b = budget();
+        let run = b
+            .run(Stage::Retrieve, |ctx| async move {
+                passages
+                    .fill(Done::Full((None, Some(lexical))), &FUSION, &ctx)
+                    .await
+            })
+            .await;
+        assert_eq!(run.outcome, Outcome::Ok);
+        assert_eq!(r.passages_asked(), [vec![1, 2]]);
+        let (_, docs) = run.value.expect("filled");
+        let chunks: Vec<Vec<i64>> = docs
+            .expect("lexical")
+            .iter()
+            .map(|d| d.chunks.iter().map(|h| h.chunk_id).collect())
+            .collect();
+        assert_eq!(chunks, [vec![1, 2], vec![3, 4], vec![5]]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hybrid_lexical_side_ranks_its_depth_and_a_lexical_search_all() {
+        let mut r = apart(ragtime_testkit::Side::default());
+        r.hybrid_lexical = Some(30);
+        retrieve(&budget(), &r, &request(), query_vector(), 3).await;
+        // Never fewer than are shown.
+        retrieve(&budget(), &r, &request(), query_vector(), 40).await;
+        let lexical = SearchRequest {
+            mode: Mode::Lexical,
+            ..request()
+        };
+        retrieve(&budget(), &r, &lexical, None, 3).await;
+        assert_eq!(r.lexical_asked(), [(30, 0), (40, 0), (100, 0)]);
     }
 
     #[tokio::test(start_paused = true)]

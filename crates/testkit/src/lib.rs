@@ -150,13 +150,18 @@ pub struct MemoryRetriever {
     /// Set: passages are picked apart from the lexical ranking
     /// ([`Retriever::passages_apart`]), taking this long.
     pub apart: Option<Side>,
-    /// How long the second and later passage reads of a search take
-    /// instead (`apart`'s when unset).
+    /// How long the second and later passage reads take instead
+    /// (`apart`'s when unset; counted over the retriever's life, as a
+    /// request's retriever lives for one search).
     pub apart_later: Option<Side>,
     /// The documents each [`Retriever::passages`] call asked for.
     asked: Mutex<Vec<Vec<i64>>>,
-    /// The `per_document` of each [`Retriever::lexical_documents`] call.
-    per_document: Mutex<Vec<usize>>,
+    /// The `k` and `per_document` of each [`Retriever::lexical_documents`]
+    /// call.
+    lexical_asked: Mutex<Vec<(usize, usize)>>,
+    /// Set: a hybrid search's lexical side ranks this many at most
+    /// ([`Retriever::hybrid_lexical_depth`]).
+    pub hybrid_lexical: Option<usize>,
 }
 
 impl MemoryRetriever {
@@ -175,13 +180,15 @@ impl MemoryRetriever {
             apart: None,
             apart_later: None,
             asked: Mutex::default(),
-            per_document: Mutex::default(),
+            lexical_asked: Mutex::default(),
+            hybrid_lexical: None,
         }
     }
 
-    /// The `per_document` each lexical search was asked for, in order.
-    pub fn per_document_asked(&self) -> Vec<usize> {
-        self.per_document
+    /// The `k` and `per_document` each lexical search was asked for, in
+    /// order.
+    pub fn lexical_asked(&self) -> Vec<(usize, usize)> {
+        self.lexical_asked
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
@@ -275,10 +282,10 @@ impl Retriever for MemoryRetriever {
         per_document: usize,
         cancel: Cancel,
     ) -> Result<Vec<DocHit>, StageError> {
-        self.per_document
+        self.lexical_asked
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .push(per_document);
+            .push((k, per_document));
         side(self.lexical, &cancel).await?;
         // Documents in order of first appearance, with their chunks.
         let mut docs: Vec<(i64, Vec<&(Arc<Chunk>, Vec<f32>)>)> = Vec::new();
@@ -324,6 +331,10 @@ impl Retriever for MemoryRetriever {
 
     fn passages_apart(&self) -> bool {
         self.apart.is_some()
+    }
+
+    fn hybrid_lexical_depth(&self, k: usize) -> usize {
+        self.hybrid_lexical.map_or(k, |most| k.min(most))
     }
 
     async fn passages(

@@ -92,9 +92,10 @@ pub fn database_limits(
     }
 }
 
-/// The documents the database engine's lexical side ranks of the `k`
-/// candidates the pipeline asks each side for: three tenths (30 of a top
-/// 10's 100). pg_textsearch's walk costs by its depth — at 1M chunks the
+/// The documents the database engine's lexical side ranks in a hybrid
+/// search of the `k` candidates the pipeline asks each side for: three
+/// tenths (30 of a top 10's 100; never fewer than the search shows, and
+/// a lexical-only search ranks all `k`). pg_textsearch's walk costs by its depth — at 1M chunks the
 /// ranking alone reads p50 19.7 ms at 100, 11.5 at 50, 8.3 at 30 on one
 /// client, and hybrid retrieval p50 / p99 25.2 / 43.3 ms at 100 against
 /// 12.0 / 18.4 at 30 (51.3 / 96.2 against 33.4 / 59.6 at four clients;
@@ -382,7 +383,6 @@ impl Retriever for DatabaseRetriever {
         per_document: usize,
         cancel: Cancel,
     ) -> Result<Vec<DocHit>, StageError> {
-        let k = lexical_depth(k);
         let limits = self.limits(&cancel, k, filter)?;
         let vector_ref = vector.as_deref().map(Vec::as_slice);
         let docs = if per_document == 0 {
@@ -404,6 +404,10 @@ impl Retriever for DatabaseRetriever {
     /// pgscale`), where a top 10 is what is shown.
     fn passages_apart(&self) -> bool {
         true
+    }
+
+    fn hybrid_lexical_depth(&self, k: usize) -> usize {
+        lexical_depth(k)
     }
 
     async fn passages(
