@@ -718,6 +718,22 @@ mod tests {
         ))
     }
 
+    /// A side that takes a minute: past any stage budget here.
+    fn overrunning() -> ragtime_testkit::Side {
+        ragtime_testkit::Side {
+            delay: Duration::from_secs(60),
+            fail: false,
+        }
+    }
+
+    /// A side that fails at once.
+    fn failing() -> ragtime_testkit::Side {
+        ragtime_testkit::Side {
+            delay: Duration::ZERO,
+            fail: true,
+        }
+    }
+
     fn apart(side: ragtime_testkit::Side) -> ragtime_testkit::MemoryRetriever {
         let mut r = seven_documents();
         r.apart = Some(side);
@@ -773,10 +789,7 @@ mod tests {
         let whole = retrieve(&budget(), &seven_documents(), &request(), query_vector(), 3).await;
         // The lexical side's own passages overrun: the dense side's
         // results stand, each document with the chunks that side found.
-        let r = apart(ragtime_testkit::Side {
-            delay: Duration::from_secs(60),
-            fail: false,
-        });
+        let r = apart(overrunning());
         let out = retrieve(&budget(), &r, &request(), query_vector(), 3).await;
         let stage = out.report.stage(Stage::Retrieve).expect("retrieve ran");
         assert_eq!(stage.outcome, Outcome::Partial);
@@ -801,10 +814,7 @@ mod tests {
         // Every passage read fails: the fused ranking stands (both
         // sides'), each document with what the dense side found of it —
         // here every chunk, so what is shown is what a whole read shows.
-        let r = apart(ragtime_testkit::Side {
-            delay: Duration::ZERO,
-            fail: true,
-        });
+        let r = apart(failing());
         let out = retrieve(&budget(), &r, &request(), query_vector(), 3).await;
         let stage = out.report.stage(Stage::Retrieve).expect("retrieve ran");
         assert_eq!(stage.outcome, Outcome::Partial);
@@ -819,10 +829,7 @@ mod tests {
         // The dense side overruns: the lexical side's documents stand
         // with their passages.
         let mut r = apart(ragtime_testkit::Side::default());
-        r.dense = ragtime_testkit::Side {
-            delay: Duration::from_secs(60),
-            fail: false,
-        };
+        r.dense = overrunning();
         let out = retrieve(&budget(), &r, &request(), query_vector(), 3).await;
         assert!(out.partial());
         assert_eq!(out.sources, ["lexical"]);
@@ -882,10 +889,7 @@ mod tests {
         // the chunk the dense side found.
         let whole = retrieve(&budget(), &seven_documents(), &request(), query_vector(), 3).await;
         let mut r = apart(ragtime_testkit::Side::default());
-        r.apart_later = Some(ragtime_testkit::Side {
-            delay: Duration::from_secs(60),
-            fail: false,
-        });
+        r.apart_later = Some(overrunning());
         let out = retrieve(&budget(), &r, &request(), query_vector(), 3).await;
         let stage = out.report.stage(Stage::Retrieve).expect("retrieve ran");
         assert_eq!(stage.outcome, Outcome::Partial);

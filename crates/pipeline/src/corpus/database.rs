@@ -95,9 +95,9 @@ pub fn database_limits(
 /// The documents the database engine's lexical side ranks in a hybrid
 /// search of the `k` candidates the pipeline asks each side for: three
 /// tenths (30 of a top 10's 100; never fewer than the search shows, and
-/// a lexical-only search ranks all `k`). pg_textsearch's walk costs by its depth — at 1M chunks the
-/// ranking alone reads p50 19.7 ms at 100, 11.5 at 50, 8.3 at 30 on one
-/// client, and hybrid retrieval p50 / p99 25.2 / 43.3 ms at 100 against
+/// a lexical-only search ranks all `k`). pg_textsearch's walk costs by
+/// its depth — at 1M chunks the ranking alone reads p50 19.7 ms at 100,
+/// 11.5 at 50, 8.3 at 30 on one client, and hybrid retrieval p50 / p99 25.2 / 43.3 ms at 100 against
 /// 12.0 / 18.4 at 30 (51.3 / 96.2 against 33.4 / 59.6 at four clients;
 /// `ragtime-bench pgscale`) — while SciFact's hybrid nDCG@10 (top 10)
 /// reads 0.7377 at 100, 0.7373 at 50 and 0.7370 at 30 on the
