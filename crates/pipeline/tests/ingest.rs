@@ -594,8 +594,9 @@ async fn a_cold_load_does_not_hold_up_another_collections_ingest() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (rag, _) = rag_at(dir.path()).await;
     let big = rag.store.ensure_collection("big").await.expect("big");
-    // 3,000 stored chunks with made-up unit vectors: building their graph
-    // takes seconds.
+    // 10,000 stored chunks with made-up unit vectors: loading them (the
+    // graph and the BM25 index) takes a second or more, against tens of
+    // milliseconds for the small ingest.
     let mut seed = 7u64;
     let mut unit = || {
         let v: Vec<f32> = (0..384)
@@ -609,7 +610,7 @@ async fn a_cold_load_does_not_hold_up_another_collections_ingest() {
         let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
         v.into_iter().map(|x| x / n).collect::<Vec<f32>>()
     };
-    let docs: Vec<ragtime_store::NewDocument> = (0..30)
+    let docs: Vec<ragtime_store::NewDocument> = (0..100)
         .map(|d| ragtime_store::NewDocument {
             external_id: format!("b{d}"),
             title: String::new(),
@@ -644,7 +645,9 @@ async fn a_cold_load_does_not_hold_up_another_collections_ingest() {
             (n, started.elapsed())
         })
     };
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // Long enough for the spawned load to take big's lock; were it later,
+    // the ingest would still pass and the load still be running.
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     let started = std::time::Instant::now();
     rag.ingest("small", vec![doc("s1", "A second small note.")])
         .await
@@ -655,7 +658,7 @@ async fn a_cold_load_does_not_hold_up_another_collections_ingest() {
         "the ingest waited for the other collection's load ({ingest:?})"
     );
     let (n, load) = loading.await.expect("load");
-    assert_eq!(n, 3000);
+    assert_eq!(n, 10_000);
     println!("ingest into small: {ingest:?} while big loaded in {load:?}");
     assert_eq!(rag.collection("small").await.expect("small").len(), 2);
 }
