@@ -16,7 +16,9 @@
 //! is a set of queries they were not chosen on;
 //! `BENCH_EF_SEARCHES` (a list, default the engine's) the `ef_search`
 //! values whose recall and latency it compares; `BENCH_HYBRID_ONLY` skips
-//! recall and the dense runs.
+//! recall and the dense runs, `BENCH_RANKING_ONLY` runs only the BM25
+//! ranking of 30 on one client. After the copies it builds the BM25 index
+//! again as the service's upkeep would (`BENCH_BM25_UPKEEP=0`: not).
 
 use crate::env_usize;
 use crate::stats::pct;
@@ -53,6 +55,7 @@ pub async fn pg_scale() {
         Some(id) => id,
         None => make_copies(&store, &pool, source, &name, copies).await,
     };
+    crate::keep_bm25_fresh(&store).await;
     // The collection's counts, as the store's writes keep them (the
     // copies are made by SQL; the engine sizes its list from them).
     sqlx::query(
@@ -208,6 +211,11 @@ pub async fn pg_scale() {
         }
     }
     let words = Arc::new(query_texts());
+    // `BENCH_RANKING_ONLY`: the ranking of 30 on one client, nothing else.
+    if std::env::var("BENCH_RANKING_ONLY").is_ok() {
+        ranking_latency(&store, big, &words, 30, 1, limits).await;
+        return;
+    }
     // Hybrid as a request retrieves a top 10, through the pipeline's
     // retrieve stage and the engine's retriever: dense 100 chunks and the
     // lexical ranking side by side (the lexical side then reading its top
@@ -267,22 +275,7 @@ pub async fn pg_scale() {
     // shallower: what the index's walk costs by how many it ranks.
     for depth in [100, 50, 30] {
         for clients in [1, 4] {
-            let (s, w) = (store.clone(), words.clone());
-            let (mut times, qps) = concurrently(clients, 120, move |i| {
-                let (s, w) = (s.clone(), w.clone());
-                async move {
-                    let text = &w[i % w.len()];
-                    s.ranked_documents(big, text, depth, &Filter::All, limits)
-                        .await
-                        .expect("ranked");
-                }
-            })
-            .await;
-            println!(
-                "lexical ranking alone, top {depth} documents, {clients} client(s): p50 {:.1} ms  p99 {:.1} ms  {qps:.0} queries/s",
-                pct(&mut times, 50.0),
-                pct(&mut times, 99.0)
-            );
+            ranking_latency(&store, big, &words, depth, clients, limits).await;
         }
     }
     for clients in [1, 4] {
@@ -498,6 +491,34 @@ async fn dense_latency(
 
 /// `n` calls of `one(i)` spread over `clients` tasks: each call's time,
 /// and the calls per second over the whole run.
+/// Prints what the BM25 ranking of `depth` documents alone (no chunks)
+/// costs at `clients` concurrent clients, 120 searches each.
+async fn ranking_latency(
+    store: &Arc<Store>,
+    big: i64,
+    words: &Arc<Vec<String>>,
+    depth: usize,
+    clients: usize,
+    limits: SearchLimits,
+) {
+    let (s, w) = (store.clone(), words.clone());
+    let (mut times, qps) = concurrently(clients, 120, move |i| {
+        let (s, w) = (s.clone(), w.clone());
+        async move {
+            let text = &w[i % w.len()];
+            s.ranked_documents(big, text, depth, &Filter::All, limits)
+                .await
+                .expect("ranked");
+        }
+    })
+    .await;
+    println!(
+        "lexical ranking alone, top {depth} documents, {clients} client(s): p50 {:.1} ms  p99 {:.1} ms  {qps:.0} queries/s",
+        pct(&mut times, 50.0),
+        pct(&mut times, 99.0)
+    );
+}
+
 async fn concurrently<F, Fut>(clients: usize, n: usize, one: F) -> (Vec<Duration>, f64)
 where
     F: Fn(usize) -> Fut + Send + Sync + 'static,

@@ -129,6 +129,7 @@ impl WriteLocks for sqlx::Transaction<'static, sqlx::Postgres> {
 }
 
 mod api_keys;
+mod bm25_upkeep;
 mod budgets;
 mod collections;
 mod conversations;
@@ -139,6 +140,7 @@ pub mod search;
 mod standbys;
 
 pub use api_keys::ApiKeyRecord;
+pub use bm25_upkeep::{BM25_REBUILD_LOCK, Bm25Upkeep};
 pub use budgets::BudgetVersion;
 pub use collections::{CollectionRecord, Created, Dropped, Limits, TenantQuota, Usage};
 pub use conversations::Turn;

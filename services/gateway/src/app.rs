@@ -190,6 +190,12 @@ impl Application {
                 tokio::spawn(follow_store(p.clone()));
                 tokio::spawn(save_snapshots(p.clone()));
                 tokio::spawn(trim_log(p.clone()));
+                let retrieval = &loading.config.retrieval;
+                if retrieval.engine == crate::config::Engine::Postgres
+                    && retrieval.bm25_rebuild_after > 0.0
+                {
+                    tokio::spawn(keep_bm25_fresh(p.clone(), retrieval.bm25_rebuild_after));
+                }
                 unload_idle(p, loading.config.limits.idle_unload_s).await;
             }
         });
@@ -445,6 +451,42 @@ async fn trim_log(pipeline: Arc<ragtime_pipeline::Pipeline>) {
             Ok(n) => tracing::info!(entries = n, "change log trimmed"),
             Err(e) => {
                 tracing::warn!(error = %e, "trimming the change log failed; trying again later")
+            }
+        }
+    }
+}
+
+/// How often the `postgres` engine looks whether its BM25 index is due
+/// a build.
+const BM25_LOOK_EVERY: Duration = Duration::from_secs(60);
+/// Fewer documents written than this never make a build due.
+const BM25_REBUILD_AT_LEAST: i64 = 1000;
+
+/// Builds the `postgres` engine's BM25 index again once `fraction` of the
+/// documents were written since its last build (`retrieval.bm25_rebuild_after`,
+/// [`ragtime_store::Store::keep_bm25_fresh`]), looking every minute; runs
+/// for the process's life.
+async fn keep_bm25_fresh(pipeline: Arc<ragtime_pipeline::Pipeline>, fraction: f64) {
+    let mut every = tokio::time::interval(BM25_LOOK_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        let started = std::time::Instant::now();
+        match pipeline
+            .corpus()
+            .store
+            .keep_bm25_fresh(fraction, BM25_REBUILD_AT_LEAST)
+            .await
+        {
+            Ok(Some(look)) if look.rebuilt => tracing::info!(
+                documents = look.documents,
+                written_since = look.written_since,
+                seconds = started.elapsed().as_secs_f64(),
+                "BM25 index built again"
+            ),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "building the BM25 index again failed; trying again later")
             }
         }
     }

@@ -27,6 +27,12 @@ pub struct RetrievalConfig {
     /// Past 100,000 chunks in the database the list grows with their
     /// count, to at most 1000.
     pub ef_search: usize,
+    /// `postgres` engine with `pg_textsearch`: the BM25 index is built
+    /// again (beside the old one, searches going on) once this part of the
+    /// documents was written since its last build — the segments a stream
+    /// of writes leaves rank worse than a build (`docs/scaling.md`); 0
+    /// never rebuilds it.
+    pub bm25_rebuild_after: f64,
 }
 
 impl Default for RetrievalConfig {
@@ -34,6 +40,7 @@ impl Default for RetrievalConfig {
         Self {
             engine: Engine::Memory,
             ef_search: ragtime_pipeline::corpus::DEFAULT_EF_SEARCH,
+            bm25_rebuild_after: 0.1,
         }
     }
 }
@@ -49,6 +56,12 @@ impl RetrievalConfig {
         }
         if !(1..=1000).contains(&self.ef_search) {
             return Err(invalid("retrieval.ef_search", "must be between 1 and 1000"));
+        }
+        if !(0.0..=1.0).contains(&self.bm25_rebuild_after) {
+            return Err(invalid(
+                "retrieval.bm25_rebuild_after",
+                "must be between 0 (never) and 1 (a part of the documents)",
+            ));
         }
         Ok(())
     }

@@ -93,7 +93,7 @@ fn config_layers_defaults_then_file_then_environment() {
 #[test]
 fn invalid_configuration_fails_at_start_naming_the_key() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let cases: [(&str, &str, &str); 13] = [
+    let cases: [(&str, &str, &str); 14] = [
         ("RAGTIME__BUDGETS__TOTAL_MS", "0", "budgets.total_ms"),
         // The store is SQLite (no database_url): nothing to search in.
         ("RAGTIME__RETRIEVAL__ENGINE", "postgres", "retrieval.engine"),
@@ -101,6 +101,11 @@ fn invalid_configuration_fails_at_start_naming_the_key() {
             "RAGTIME__RETRIEVAL__EF_SEARCH",
             "5000",
             "retrieval.ef_search",
+        ),
+        (
+            "RAGTIME__RETRIEVAL__BM25_REBUILD_AFTER",
+            "1.5",
+            "retrieval.bm25_rebuild_after",
         ),
         // Standbys serve the postgres engine's searches only.
         (
