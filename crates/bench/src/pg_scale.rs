@@ -310,6 +310,7 @@ async fn make_copies(
 ) -> i64 {
     let big = store.ensure_collection(name).await.expect("collection");
     let t = Instant::now();
+    let now = ragtime_store::now_ms();
     let steps = [
         "DROP INDEX IF EXISTS chunks_dense_hnsw".to_owned(),
         format!(
@@ -317,9 +318,11 @@ async fn make_copies(
              FROM documents d, generate_series(0, {}) k WHERE d.collection_id = {source}",
             copies - 1
         ),
+        // Written now, as the service's writes stamp them (the BM25
+        // upkeep counts them).
         format!(
             "INSERT INTO documents (id, collection_id, external_id, title, metadata, content_hash, updated_ms) \
-             SELECT new_id, {big}, external_id || '#' || k, title, json_build_object('bucket', (old_id * 7 + k * 13) % 100)::text, 'copy', 0 FROM docmap"
+             SELECT new_id, {big}, external_id || '#' || k, title, json_build_object('bucket', (old_id * 7 + k * 13) % 100)::text, 'copy', {now} FROM docmap"
         ),
         "INSERT INTO chunks (document_id, position, section, text, tokens, embedding, dense) \
          SELECT m.new_id, c.position, c.section, c.text, c.tokens, ''::bytea, \
@@ -489,8 +492,6 @@ async fn dense_latency(
     .await
 }
 
-/// `n` calls of `one(i)` spread over `clients` tasks: each call's time,
-/// and the calls per second over the whole run.
 /// Prints what the BM25 ranking of `depth` documents alone (no chunks)
 /// costs at `clients` concurrent clients, 120 searches each.
 async fn ranking_latency(
@@ -519,6 +520,8 @@ async fn ranking_latency(
     );
 }
 
+/// `n` calls of `one(i)` spread over `clients` tasks: each call's time,
+/// and the calls per second over the whole run.
 async fn concurrently<F, Fut>(clients: usize, n: usize, one: F) -> (Vec<Duration>, f64)
 where
     F: Fn(usize) -> Fut + Send + Sync + 'static,

@@ -586,8 +586,8 @@ async fn an_ingest_into_a_collection_removed_meanwhile_fails_cleanly() {
     assert!(idx.chunks_of("late").is_empty() && idx.chunks_of("old").is_empty());
 }
 
-/// A collection loading from the store (seconds for a few thousand
-/// chunks) holds only its own lock: another collection's ingest goes
+/// A collection loading from the store (a second for 10,000 chunks)
+/// holds only its own lock: another collection's ingest goes
 /// through while it loads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cold_load_does_not_hold_up_another_collections_ingest() {
@@ -648,6 +648,7 @@ async fn a_cold_load_does_not_hold_up_another_collections_ingest() {
     // Long enough for the spawned load to take big's lock; were it later,
     // the ingest would still pass and the load still be running.
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    assert!(!loading.is_finished(), "the load is under way");
     let started = std::time::Instant::now();
     rag.ingest("small", vec![doc("s1", "A second small note.")])
         .await

@@ -13,9 +13,12 @@
 //! last build; one replica at a time, under an advisory lock.
 //!
 //! A write is counted by the document's `updated_ms` (set when it is made
-//! or replaced); `search_schema.bm25_built_ms` records when the last build
-//! began (unknown — an index made before this was kept — counts every
-//! document as written since).
+//! or replaced, by the writing replica's clock); `search_schema.bm25_built_ms`
+//! records when the last build began (unknown — an index made before this
+//! was kept — counts every document as written since, so the first look
+//! after an upgrade builds it). A rough count on purpose: a document
+//! replaced many times counts once and a removed one not at all; it
+//! decides when, not whether, the index is built again.
 
 use crate::search::Lexical;
 use crate::{Pool, Store, StoreError, now_ms};
@@ -53,28 +56,40 @@ impl Store {
         if self.lexical_ranking() != Some(Lexical::Bm25) {
             return Ok(None);
         }
-        let (documents, written_since) = written_since_build(p).await?;
-        let due =
-            written_since >= at_least.max(1) && written_since as f64 >= fraction * documents as f64;
-        let mut look = Bm25Upkeep {
+        let due = |(documents, written_since): (i64, i64)| Bm25Upkeep {
             documents,
             written_since,
-            rebuilt: false,
+            rebuilt: written_since >= at_least.max(1)
+                && written_since as f64 >= fraction * documents as f64,
         };
-        if !due {
+        let look = due(written_since_build(p).await?);
+        if !look.rebuilt {
             return Ok(Some(look));
         }
         // REINDEX … CONCURRENTLY runs outside any transaction, on one
-        // connection that also holds the lock.
+        // connection that also holds the lock. Closed rather than pooled
+        // should this call be dropped midway: pooled, it would keep the
+        // session's lock and its timeout.
         let mut conn = p.acquire().await?;
+        conn.close_on_drop();
         let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
             .bind(BM25_REBUILD_LOCK)
             .fetch_one(&mut *conn)
             .await?;
         if !locked {
-            return Ok(Some(look));
+            return Ok(Some(Bm25Upkeep {
+                rebuilt: false,
+                ..look
+            }));
         }
-        let rebuilt = rebuild(&mut conn).await;
+        // Counted again under the lock: another replica may have just
+        // built it.
+        let look = due(written_since_build(&mut *conn).await?);
+        let rebuilt = if look.rebuilt {
+            rebuild(&mut conn).await
+        } else {
+            Ok(())
+        };
         // The connection goes back to the pool with its timeout, whatever
         // the build did.
         let reset = sqlx::query("RESET statement_timeout")
@@ -87,30 +102,31 @@ impl Store {
         rebuilt?;
         reset?;
         unlocked?;
-        look.rebuilt = true;
         Ok(Some(look))
     }
 }
 
 /// The documents, and how many were written since the index's last build.
-async fn written_since_build(p: &sqlx::PgPool) -> Result<(i64, i64), sqlx::Error> {
+async fn written_since_build<'c>(on: impl sqlx::PgExecutor<'c>) -> Result<(i64, i64), sqlx::Error> {
     sqlx::query_as(
         "SELECT count(*), count(*) FILTER (WHERE updated_ms > \
          COALESCE((SELECT bm25_built_ms FROM search_schema WHERE id = 1), 0)) FROM documents",
     )
-    .fetch_one(p)
+    .fetch_one(on)
     .await
 }
 
 /// Builds the index again beside the old one and swaps it in; a build a
-/// replica died in left an invalid copy behind, dropped first.
+/// replica died in left a copy behind (`_ccnew…` before the swap,
+/// `_ccold…` after it), dropped first.
 async fn rebuild(conn: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
     sqlx::query("SET statement_timeout = 0")
         .execute(&mut *conn)
         .await?;
     let left: Vec<String> = sqlx::query_scalar(
         "SELECT c.relname::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid \
-         WHERE NOT i.indisvalid AND c.relname LIKE 'documents\\_bm25\\_ccnew%'",
+         WHERE i.indrelid = 'documents'::regclass AND NOT i.indisvalid \
+         AND c.relname LIKE 'documents\\_bm25\\_cc%'",
     )
     .fetch_all(&mut *conn)
     .await?;

@@ -464,13 +464,14 @@ const BM25_REBUILD_AT_LEAST: i64 = 1000;
 
 /// Builds the `postgres` engine's BM25 index again once `fraction` of the
 /// documents were written since its last build (`retrieval.bm25_rebuild_after`,
-/// [`ragtime_store::Store::keep_bm25_fresh`]), looking every minute; runs
-/// for the process's life.
+/// [`ragtime_store::Store::keep_bm25_fresh`]), looking every minute, and
+/// twice as long after each failure in a row (at most an hour: a build
+/// that keeps failing is not started again every minute); runs for the
+/// process's life.
 async fn keep_bm25_fresh(pipeline: Arc<ragtime_pipeline::Pipeline>, fraction: f64) {
-    let mut every = tokio::time::interval(BM25_LOOK_EVERY);
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let (mut wait, mut failures) = (Duration::ZERO, 0u32);
     loop {
-        every.tick().await;
+        tokio::time::sleep(wait).await;
         let started = std::time::Instant::now();
         match pipeline
             .corpus()
@@ -478,17 +479,25 @@ async fn keep_bm25_fresh(pipeline: Arc<ragtime_pipeline::Pipeline>, fraction: f6
             .keep_bm25_fresh(fraction, BM25_REBUILD_AT_LEAST)
             .await
         {
-            Ok(Some(look)) if look.rebuilt => tracing::info!(
-                documents = look.documents,
-                written_since = look.written_since,
-                seconds = started.elapsed().as_secs_f64(),
-                "BM25 index built again"
-            ),
-            Ok(_) => {}
+            Ok(look) => {
+                failures = 0;
+                if let Some(look) = look.filter(|l| l.rebuilt) {
+                    tracing::info!(
+                        documents = look.documents,
+                        written_since = look.written_since,
+                        seconds = started.elapsed().as_secs_f64(),
+                        "BM25 index built again"
+                    );
+                }
+            }
             Err(e) => {
-                tracing::warn!(error = %e, "building the BM25 index again failed; trying again later")
+                failures += 1;
+                tracing::warn!(error = %e, failures, "building the BM25 index again failed; trying again later");
             }
         }
+        wait = BM25_LOOK_EVERY
+            .saturating_mul(1 << failures.min(6))
+            .min(Duration::from_secs(3600));
     }
 }
 
