@@ -95,15 +95,13 @@ pub fn database_limits(
 /// The documents the database engine's lexical side ranks in a hybrid
 /// search of the `k` candidates the pipeline asks each side for: three
 /// tenths (30 of a top 10's 100; never fewer than the search shows, and
-/// a lexical-only search ranks all `k`). pg_textsearch's walk costs by
-/// its depth — at 1M chunks the ranking alone reads p50 19.7 ms at 100,
-/// 11.5 at 50, 8.3 at 30 on one client, and hybrid retrieval p50 / p99 25.2 / 43.3 ms at 100 against
-/// 12.0 / 18.4 at 30 (51.3 / 96.2 against 33.4 / 59.6 at four clients;
-/// `ragtime-bench pgscale`) — while SciFact's hybrid nDCG@10 (top 10)
-/// reads 0.7377 at 100, 0.7373 at 50 and 0.7370 at 30 on the
-/// even-numbered train queries it was chosen on, the cheapest within
-/// 0.001 of the best, and 0.7002 against 0.6967 on the odd-numbered
-/// ones (docs/scaling.md).
+/// a lexical-only search ranks all `k`). The latency goal decides it: at
+/// 1M chunks, hybrid retrieval at four clients reads p50 / p99 21.6 /
+/// 40.4 ms at 30 and 25.7 / 57.9 ms at 100 (`ragtime-bench pgscale`),
+/// while SciFact's hybrid nDCG@10 (top 10, the BM25 index built again)
+/// gains 0.0027 at 100: 0.7348 against 0.7321 (0.7525 / 0.7171 against
+/// 0.7483 / 0.7160 on the even- and odd-numbered train queries;
+/// docs/scaling.md).
 pub fn lexical_depth(k: usize) -> usize {
     (k * 3).div_ceil(10).max(1)
 }
