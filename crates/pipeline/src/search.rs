@@ -791,11 +791,9 @@ mod tests {
         // results stand, each document with the chunks that side found.
         let r = apart(overrunning());
         let out = retrieve(&budget(), &r, &request(), query_vector(), 3).await;
-        let stage = out.report.stage(Stage::Retrieve).expect("retrieve ran");
-        assert_eq!(stage.outcome, Outcome::Partial);
-        let detail = stage.detail.clone().unwrap_or_default();
+        let (detail, elapsed_ms) = partial_retrieve(&out);
         assert!(detail.contains("lexical overran"), "{detail}");
-        assert_eq!(stage.elapsed_ms, 50);
+        assert_eq!(elapsed_ms, 50);
         assert_eq!(out.sources, ["dense"]);
         let dense_only = SearchRequest {
             mode: Mode::Dense,
@@ -816,9 +814,7 @@ mod tests {
         // here every chunk, so what is shown is what a whole read shows.
         let r = apart(failing());
         let out = retrieve(&budget(), &r, &request(), query_vector(), 3).await;
-        let stage = out.report.stage(Stage::Retrieve).expect("retrieve ran");
-        assert_eq!(stage.outcome, Outcome::Partial);
-        let detail = stage.detail.clone().unwrap_or_default();
+        let (detail, _) = partial_retrieve(&out);
         assert!(detail.contains("passages failed"), "{detail}");
         assert_eq!(out.sources, ["dense", "lexical"]);
         assert_eq!(passages(&out.hits), passages(&whole.hits));
@@ -891,14 +887,20 @@ mod tests {
         let mut r = apart(ragtime_testkit::Side::default());
         r.apart_later = Some(overrunning());
         let out = retrieve(&budget(), &r, &request(), query_vector(), 3).await;
-        let stage = out.report.stage(Stage::Retrieve).expect("retrieve ran");
-        assert_eq!(stage.outcome, Outcome::Partial);
-        assert_eq!(stage.elapsed_ms, 50);
-        let detail = stage.detail.clone().unwrap_or_default();
+        let (detail, elapsed_ms) = partial_retrieve(&out);
+        assert_eq!(elapsed_ms, 50);
         assert!(detail.contains("passages overran"), "{detail}");
         assert_eq!(out.sources, ["dense", "lexical"]);
         assert_eq!(passages(&out.hits), passages(&whole.hits));
         assert_eq!(r.passages_asked(), [vec![1, 2, 3], vec![7]]);
+    }
+
+    /// The retrieve stage's report of a search that must be partial: what
+    /// it says, and how long it took.
+    fn partial_retrieve(out: &SearchOutcome) -> (String, u64) {
+        let stage = out.report.stage(Stage::Retrieve).expect("retrieve ran");
+        assert_eq!(stage.outcome, Outcome::Partial);
+        (stage.detail.clone().unwrap_or_default(), stage.elapsed_ms)
     }
 
     fn budget() -> RequestBudget {

@@ -139,9 +139,17 @@ async fn rebuild(conn: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
     sqlx::query("REINDEX INDEX CONCURRENTLY documents_bm25")
         .execute(&mut *conn)
         .await?;
+    record_build(&mut *conn, began).await
+}
+
+/// Records that the index's last build began at `began_ms`.
+pub(crate) async fn record_build<'c>(
+    on: impl sqlx::PgExecutor<'c>,
+    began_ms: i64,
+) -> Result<(), sqlx::Error> {
     sqlx::query("UPDATE search_schema SET bm25_built_ms = $1 WHERE id = 1")
-        .bind(began)
-        .execute(&mut *conn)
+        .bind(began_ms)
+        .execute(on)
         .await?;
     Ok(())
 }

@@ -385,18 +385,12 @@ impl Store {
         if lexical == Lexical::Bm25 {
             // When the index was last built ([`crate::bm25_upkeep`]).
             add_column(&mut tx, "search_schema", "bm25_built_ms", "bigint").await?;
-            let made: bool = sqlx::query_scalar("SELECT to_regclass('documents_bm25') IS NOT NULL")
-                .fetch_one(&mut *tx)
-                .await?;
-            if !made {
-                create_index(&mut tx, &format!(
-                    "CREATE INDEX IF NOT EXISTS documents_bm25 ON documents USING bm25 (body) WITH (text_config = '{TS_CONFIG}')"
-                ))
-                .await?;
-                sqlx::query("UPDATE search_schema SET bm25_built_ms = $1 WHERE id = 1")
-                    .bind(crate::now_ms())
-                    .execute(&mut *tx)
-                    .await?;
+            let made = create_index(&mut tx, &format!(
+                "CREATE INDEX IF NOT EXISTS documents_bm25 ON documents USING bm25 (body) WITH (text_config = '{TS_CONFIG}')"
+            ))
+            .await?;
+            if made {
+                crate::bm25_upkeep::record_build(&mut *tx, crate::now_ms()).await?;
             }
         }
         tx.commit().await?;
@@ -1175,10 +1169,11 @@ async fn add_column(
 
 /// Runs `CREATE INDEX IF NOT EXISTS name …` only where index `name` is
 /// missing: the statement locks its table against writes before it looks.
+/// Whether it made it.
 async fn create_index(
     tx: &mut sqlx::Transaction<'static, Postgres>,
     sql: &str,
-) -> Result<(), sqlx::Error> {
+) -> Result<bool, sqlx::Error> {
     let name = sql
         .strip_prefix("CREATE INDEX IF NOT EXISTS ")
         .and_then(|rest| rest.split_whitespace().next())
@@ -1190,7 +1185,7 @@ async fn create_index(
     if !there {
         sqlx::query(sql).execute(&mut **tx).await?;
     }
-    Ok(())
+    Ok(!there)
 }
 
 /// Fills in `dense` and `documents.tsv` (and `body` for BM25) for rows
