@@ -11,6 +11,13 @@ RAGTIME_CACHE ?= $(HOME)/.cache/ragtime
 CARGO_TARGET_DIR ?= $(RAGTIME_CACHE)/target
 export RAGTIME_CACHE CARGO_TARGET_DIR
 
+# A clean work tree's commit: the binary built from it is kept as
+# $(RAGTIME_CACHE)/bin/<commit>/ragtime, so another clone of the same commit
+# (at any path) runs it without building, and no clone replaces the binary
+# another runs. A tree with changes builds and runs cargo's own.
+COMMIT := $(shell [ -z "$$(git status --porcelain 2>/dev/null)" ] && git rev-parse HEAD 2>/dev/null)
+BIN := $(if $(COMMIT),$(RAGTIME_CACHE)/bin/$(COMMIT)/ragtime,$(CARGO_TARGET_DIR)/release/ragtime)
+
 .PHONY: setup fetch run test build bench fmt lint fetch-reranker
 
 # Only what comes from package registries (the tests prepare the graphs
@@ -19,16 +26,24 @@ fetch:
 	@bash scripts/setup.sh
 
 setup: fetch build
-	@$(CARGO_TARGET_DIR)/release/ragtime prepare-model
+	@$(BIN) prepare-model
 
 run: setup
-	$(CARGO_TARGET_DIR)/release/ragtime serve
+	$(BIN) serve
 
 test: fetch
 	@bash scripts/test.sh
 
 build:
-	cargo build --release --locked -p ragtime-gateway --bin ragtime
+	@if [ -n "$(COMMIT)" ] && [ -x "$(BIN)" ]; then \
+	  echo "build: ragtime of $(COMMIT) is built: $(BIN)"; \
+	else \
+	  cargo build --release --locked -p ragtime-gateway --bin ragtime && \
+	  if [ -n "$(COMMIT)" ]; then \
+	    mkdir -p "$(dir $(BIN))" && cp "$(CARGO_TARGET_DIR)/release/ragtime" "$(BIN).tmp.$$$$" && \
+	    mv "$(BIN).tmp.$$$$" "$(BIN)"; \
+	  fi; \
+	fi
 
 # Retrieval quality on BEIR SciFact and latency figures (needs ../shared/data/scifact
 # or RAGTIME_SCIFACT). Prints figures; asserts nothing.

@@ -117,6 +117,7 @@ fn bench_profile() -> BudgetProfile {
         rerank_ms: 0,
         llm_ttft_ms: 0,
         llm_generate_ms: 0,
+        quote_ms: 0,
         verify_ms: 0,
     }
 }

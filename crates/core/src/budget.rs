@@ -16,19 +16,23 @@ pub enum Stage {
     Rerank,
     LlmTtft,
     LlmGenerate,
+    /// The extractive reader: the sentences of the sources that answer,
+    /// chosen (with their vectors, while time allows) and quoted.
+    Quote,
     /// The grounding check after generation.
     Verify,
 }
 
 impl Stage {
     /// Every stage in pipeline order.
-    pub const ALL: [Stage; 7] = [
+    pub const ALL: [Stage; 8] = [
         Stage::Cache,
         Stage::Embed,
         Stage::Retrieve,
         Stage::Rerank,
         Stage::LlmTtft,
         Stage::LlmGenerate,
+        Stage::Quote,
         Stage::Verify,
     ];
 
@@ -41,6 +45,7 @@ impl Stage {
             Stage::Rerank => "rerank",
             Stage::LlmTtft => "llm_ttft",
             Stage::LlmGenerate => "llm_generate",
+            Stage::Quote => "quote",
             Stage::Verify => "verify",
         }
     }
@@ -136,11 +141,33 @@ pub struct BudgetReport {
     /// Wall time from the request's start to the report.
     pub elapsed_ms: u64,
     pub stages: Vec<StageReport>,
+    /// The time in no stage: reading the request, building the prompt,
+    /// sending the answer (`elapsed_ms` less the stages' `elapsed_ms`).
+    #[serde(default)]
+    pub overhead_ms: u64,
+    /// What the model was sent, when it was asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<PromptReport>,
     /// The collection's indexes were not in memory (never loaded, or
     /// dropped while idle): this request loaded them from the store first,
     /// in this long.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub index_load_ms: Option<u64>,
+}
+
+/// The passages a prompt held and those left out of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct PromptReport {
+    /// Passages the model read (its answer's sources).
+    pub passages_sent: usize,
+    /// Passages found but left out: no room for them in what the backend
+    /// is expected to read within `llm_ttft` (or in its context window).
+    pub passages_dropped: usize,
+    /// Not even the best passage fitted the `llm_ttft` allotment: it was
+    /// sent all the same (a model never answers without its sources), and
+    /// the first token may come late.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub over_allotment: bool,
 }
 
 impl BudgetReport {
@@ -209,6 +236,8 @@ mod tests {
                 },
             ],
             index_load_ms: None,
+            overhead_ms: 29,
+            prompt: None,
         };
         assert_eq!(
             r.server_timing(),

@@ -68,9 +68,54 @@ fn err(path: &str, message: impl Into<String>) -> FilterError {
     }
 }
 
+/// Deepest a filter may nest (`$and`, `$or`, `$not`, a field's operators).
+pub const MAX_DEPTH: usize = 32;
+/// Most conditions and values one filter may hold (an `$in` list's values
+/// each count): room for lists far past PostgreSQL's bind limit.
+pub const MAX_TERMS: usize = 100_000;
+/// Longest a filter may be, as JSON.
+pub const MAX_BYTES: usize = 1024 * 1024;
+
+/// How deep `v` nests and how many leaves it holds, stopping once either
+/// passes its bound.
+fn size(v: &Value, depth: usize, terms: &mut usize, deepest: &mut usize) {
+    *deepest = (*deepest).max(depth);
+    if depth > MAX_DEPTH || *terms > MAX_TERMS {
+        return;
+    }
+    match v {
+        Value::Object(m) => m.values().for_each(|x| size(x, depth + 1, terms, deepest)),
+        Value::Array(a) => a.iter().for_each(|x| size(x, depth + 1, terms, deepest)),
+        _ => *terms += 1,
+    }
+}
+
 impl Filter {
-    /// Parses a filter; `root` names it in errors (e.g. `"filter"`).
+    /// Parses a filter; `root` names it in errors (e.g. `"filter"`). One
+    /// past [`MAX_DEPTH`], [`MAX_TERMS`] or [`MAX_BYTES`] is refused
+    /// before it is read, naming the bound.
     pub fn parse(value: &Value, root: &str) -> Result<Filter, FilterError> {
+        let (mut terms, mut deepest) = (0, 0);
+        size(value, 0, &mut terms, &mut deepest);
+        if deepest > MAX_DEPTH {
+            return Err(err(
+                root,
+                format!("nests deeper than the {MAX_DEPTH} levels a filter may have"),
+            ));
+        }
+        if terms > MAX_TERMS {
+            return Err(err(
+                root,
+                format!("holds more than the {MAX_TERMS} values a filter may have"),
+            ));
+        }
+        let bytes = serde_json::to_vec(value).map_or(0, |b| b.len());
+        if bytes > MAX_BYTES {
+            return Err(err(
+                root,
+                format!("is {bytes} bytes of JSON, more than the {MAX_BYTES} a filter may have"),
+            ));
+        }
         match value {
             Value::Null => Ok(Filter::All),
             Value::Object(map) => parse_object(map, root),
@@ -374,6 +419,29 @@ pub fn parse_rfc3339(s: &str) -> Option<i64> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_filter_past_its_bounds_is_refused_naming_the_bound() {
+        use super::*;
+        let mut deep = serde_json::json!({"a": 1});
+        for _ in 0..40 {
+            deep = serde_json::json!({"$not": deep});
+        }
+        let e = Filter::parse(&deep, "filter").expect_err("too deep");
+        assert_eq!(e.path, "filter");
+        assert!(e.message.contains("32 levels"), "{e}");
+        let many: Vec<i64> = (0..(MAX_TERMS as i64 + 1)).collect();
+        let e = Filter::parse(&serde_json::json!({"id": {"$in": many}}), "filter")
+            .expect_err("too many");
+        assert!(e.message.contains("100000 values"), "{e}");
+        let long = "x".repeat(MAX_BYTES);
+        let e = Filter::parse(&serde_json::json!({"id": long}), "filter").expect_err("too long");
+        assert!(e.message.contains("bytes of JSON"), "{e}");
+        // 20,000 values (past PostgreSQL's bind limit) are a filter.
+        let big: Vec<i64> = (0..20_000).collect();
+        let f = Filter::parse(&serde_json::json!({"id": {"$in": big}}), "filter");
+        assert!(f.is_ok_and(|f| f.matches(&serde_json::json!({"id": 19_999}))));
+    }
+
     use super::*;
     use serde_json::json;
 

@@ -12,7 +12,7 @@ pub mod stage;
 pub mod tenant;
 pub mod types;
 
-pub use budget::{BudgetReport, Outcome, PartialReason, Stage, StageReport};
+pub use budget::{BudgetReport, Outcome, PartialReason, PromptReport, Stage, StageReport};
 pub use cancel::Cancel;
 pub use error::StageError;
 pub use filter::{Filter, FilterError};

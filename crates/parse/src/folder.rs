@@ -162,6 +162,9 @@ pub fn into_documents(files: Vec<ParsedFile>) -> Documents {
     let skip = repeats(&files);
     let chrome = chrome(&files, &skip);
     let mut out = Documents::default();
+    // A page whose text another page of the upload already has (a
+    // generated site's index.html and its first chapter) is read once.
+    let mut seen: std::collections::HashMap<String, String> = std::collections::HashMap::new();
     for (i, f) in files.into_iter().enumerate() {
         match f.0 {
             Parsed::Docs(docs) => {
@@ -189,6 +192,16 @@ pub fn into_documents(files: Vec<ParsedFile>) -> Documents {
                     blocks.into_iter().filter(|b| !is_chrome(b)).collect()
                 };
                 let (text, sections) = assemble(&title, &blocks);
+                if let Some(first) = seen.get(&text) {
+                    let reason = format!("the same text as {first}");
+                    out.skipped.push(Skipped {
+                        file: i,
+                        id,
+                        reason,
+                    });
+                    continue;
+                }
+                seen.insert(text.clone(), id.clone());
                 out.from.push(i);
                 out.docs.push(IngestDoc {
                     metadata: Map::from_iter([("source".to_owned(), Value::String(id.clone()))]),
@@ -262,9 +275,46 @@ impl FileFilter {
         }
     }
 
+    /// Why the file at `path` is passed over unless an include pattern
+    /// names it: a licence file (`LICENSE`, `fonts/OPEN-SANS-LICENSE.txt`,
+    /// `COPYING`) or a generated site's table of contents (`toc.html`),
+    /// text no one asks about that would be cited as if it answered.
+    pub fn passes_over(&self, path: &str) -> Option<String> {
+        let path = crate::document_id(path);
+        let name = path
+            .rsplit('/')
+            .next()
+            .unwrap_or(&path)
+            .to_ascii_lowercase();
+        let stem = name.split('.').next().unwrap_or(&name);
+        let licence = ["license", "licence", "copying", "copyright"]
+            .iter()
+            .any(|w| {
+                stem == *w
+                    || ["-", "_"].iter().any(|sep| {
+                        stem.starts_with(&format!("{w}{sep}"))
+                            || stem.ends_with(&format!("{sep}{w}"))
+                    })
+            });
+        let why = if licence {
+            "a licence file"
+        } else if matches!(name.as_str(), "toc.html" | "toc.htm") {
+            "a table of contents"
+        } else {
+            return None;
+        };
+        if self.include.iter().any(|p| Self::matches(p, &path)) {
+            return None;
+        }
+        Some(format!("{why} (name it in an include pattern to read it)"))
+    }
+
     /// Why the file at `path` (relative, `/`-separated) is not read, or
     /// `None` when it is.
     pub fn refuses(&self, path: &str) -> Option<String> {
+        if let Some(why) = self.passes_over(path) {
+            return Some(why);
+        }
         let path = crate::document_id(path);
         if !self.include.is_empty() && !self.include.iter().any(|p| Self::matches(p, &path)) {
             return Some("matches no include pattern".to_owned());

@@ -103,8 +103,8 @@ fn format(name: &str) -> Option<Format> {
         .map(|(_, f)| *f)
 }
 
-/// The extensions, for messages.
-fn supported() -> String {
+/// The extensions read, for messages.
+pub fn supported() -> String {
     FORMATS
         .iter()
         .map(|(ext, _)| *ext)
@@ -187,24 +187,59 @@ pub fn docs_from_file(name: &str, bytes: Vec<u8>) -> Result<Vec<IngestDoc>, File
 /// Reads one file ([`docs_from_file`] without making the documents yet).
 /// A gzipped file may expand to at most [`MAX_DECOMPRESSED_BYTES`].
 pub fn parse_file(name: &str, bytes: Vec<u8>) -> Result<ParsedFile, FileError> {
+    parse_file_within(name, bytes, MAX_DECOMPRESSED_BYTES, "")
+}
+
+/// [`parse_file`] with a gzipped file expanding to at most `max` bytes
+/// (`setting`, when not empty, is named in the error: the limit an upload
+/// had left).
+pub fn parse_file_within(
+    name: &str,
+    bytes: Vec<u8>,
+    max: u64,
+    setting: &str,
+) -> Result<ParsedFile, FileError> {
     if format(name) != Some(Format::JsonlGz) {
         return read_file(name, bytes).map_err(FileError::from);
     }
+    let max = max.min(MAX_DECOMPRESSED_BYTES);
     let mut out = Vec::new();
     flate2::read::GzDecoder::new(bytes.as_slice())
-        .take(MAX_DECOMPRESSED_BYTES + 1)
+        .take(max + 1)
         .read_to_end(&mut out)
         .map_err(|e| format!("{name}: not a gzip file: {e}"))?;
-    if out.len() as u64 > MAX_DECOMPRESSED_BYTES {
+    if out.len() as u64 > max {
+        let over = if setting.is_empty() || max == MAX_DECOMPRESSED_BYTES {
+            format!("{} MiB", MAX_DECOMPRESSED_BYTES >> 20)
+        } else {
+            format!("the {max} bytes left of {setting}")
+        };
         return Err(FileError {
-            message: format!(
-                "{name}: expands to more than {} MiB",
-                MAX_DECOMPRESSED_BYTES >> 20
-            ),
+            message: format!("{name}: expands to more than {over}"),
             too_large: true,
         });
     }
     Ok(ParsedFile(Parsed::Docs(jsonl(name, &utf8(name, out)?)?)))
+}
+
+impl ParsedFile {
+    /// The bytes of text it holds, read (a compressed file's expanded).
+    pub fn text_bytes(&self) -> usize {
+        match &self.0 {
+            Parsed::Docs(docs) => docs.iter().map(|d| d.text.len() + d.title.len()).sum(),
+            Parsed::Skipped { .. } => 0,
+            Parsed::Blocks { title, blocks, .. } => {
+                title.len()
+                    + blocks
+                        .iter()
+                        .map(|b| match b {
+                            Block::Heading(_, t) | Block::Line(t) | Block::Code(t) => t.len(),
+                            Block::Term(a, b) => a.len() + b.len(),
+                        })
+                        .sum::<usize>()
+            }
+        }
+    }
 }
 
 fn read_file(name: &str, bytes: Vec<u8>) -> Result<ParsedFile, Msg> {
@@ -1188,21 +1223,15 @@ mod tests {
             .collect();
         let all: Vec<String> = (0..4).flat_map(chapter).collect();
         files.push(parse_file("print.html", html(&all).into_bytes()).expect("parses"));
-        // Two copies of one page: neither repeats the other's whole set.
+        // Two copies of one page: neither repeats the other's whole set,
+        // but the second has the first's text, so it is read once.
         files.push(parse_file("copy/ch0.html", html(&chapter(0)).into_bytes()).expect("parses"));
         let read = into_documents(files);
         let ids: Vec<&str> = read.docs.iter().map(|d| d.id.as_str()).collect();
-        assert_eq!(
-            ids,
-            [
-                "ch0.html",
-                "ch1.html",
-                "ch2.html",
-                "ch3.html",
-                "copy/ch0.html"
-            ]
-        );
-        assert_eq!(read.skipped.len(), 1, "{:?}", read.skipped);
+        assert_eq!(ids, ["ch0.html", "ch1.html", "ch2.html", "ch3.html"]);
+        assert_eq!(read.skipped.len(), 2, "{:?}", read.skipped);
+        assert_eq!(read.skipped[1].id, "copy/ch0.html");
+        assert_eq!(read.skipped[1].reason, "the same text as ch0.html");
         assert_eq!(read.skipped[0].id, "print.html");
         assert!(
             read.skipped[0].reason.starts_with(
@@ -1252,6 +1281,59 @@ mod tests {
         assert!(
             FileFilter::new(&[], &[]).is_ok_and(|f| f.is_empty() && f.refuses("a/b.c").is_none())
         );
+    }
+
+    #[test]
+    fn licence_files_and_tables_of_contents_are_passed_over_unless_included() {
+        let f = FileFilter::new(&[], &[]).expect("no patterns");
+        for path in [
+            "fonts/OPEN-SANS-LICENSE.txt",
+            "LICENSE",
+            "LICENCE.md",
+            "COPYING.txt",
+            "theme/source-code-pro_license.txt",
+            "toc.html",
+        ] {
+            assert!(f.passes_over(path).is_some(), "{path}");
+            assert!(f.refuses(path).is_some(), "{path}");
+        }
+        for path in [
+            "licensing.html",
+            "guide/licenses-explained.md",
+            "races.html",
+        ] {
+            assert_eq!(f.refuses(path), None, "{path}");
+        }
+        let f = FileFilter::new(&["toc.html".into(), "*.txt".into()], &[]).expect("patterns");
+        assert_eq!(f.refuses("toc.html"), None, "named: read");
+        assert_eq!(f.refuses("fonts/OPEN-SANS-LICENSE.txt"), None);
+    }
+
+    #[test]
+    fn a_page_with_another_page_s_text_is_read_once() {
+        let page = |title: &str| {
+            format!(
+                "<html><head><title>{title}</title></head><body><h1>Intro</h1><p>The book begins here, with what it covers.</p></body></html>"
+            )
+        };
+        let files = ["index.html", "intro.html", "other.html"]
+            .iter()
+            .map(|n| {
+                let body = if *n == "other.html" {
+                    "<html><body><h1>Other</h1><p>Something else entirely.</p></body></html>"
+                        .to_owned()
+                } else {
+                    page("Intro")
+                };
+                parse_file(n, body.into_bytes()).expect("parses")
+            })
+            .collect();
+        let read = into_documents(files);
+        let ids: Vec<&str> = read.docs.iter().map(|d| d.id.as_str()).collect();
+        assert_eq!(ids, ["index.html", "other.html"]);
+        assert_eq!(read.skipped.len(), 1);
+        assert_eq!(read.skipped[0].id, "intro.html");
+        assert_eq!(read.skipped[0].reason, "the same text as index.html");
     }
 
     #[test]

@@ -48,7 +48,7 @@ pub async fn run(
                 "embedding {n} texts did not finish within {} ms",
                 report.total_ms
             ),
-            report,
+            report: Box::new(report),
         }),
         _ => {
             let detail = report

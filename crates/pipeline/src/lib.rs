@@ -59,7 +59,7 @@ pub enum PipelineError {
     #[error("{message}")]
     BudgetExceeded {
         message: String,
-        report: BudgetReport,
+        report: Box<BudgetReport>,
     },
     /// Every LLM backend's queue is full; try again after about
     /// `retry_after`.

@@ -413,12 +413,16 @@ impl Pipeline {
         .await
         .map_err(|e| PipelineError::Internal(format!("ingest task: {e}")))?
         .map_err(|e| Self::corpus_error(e, collection))?;
-        let version = self
-            .corpus
-            .store
-            .corpus_version()
-            .await
-            .map_err(|e| PipelineError::Internal(e.to_string()))?;
+        // Committed: what follows is bookkeeping, and cannot turn a
+        // durable write into a failure. The store unreadable now, the
+        // version is the one this replica reached by it.
+        let version = match self.corpus.store.corpus_version().await {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e, "corpus version not read after a committed ingest");
+                self.corpus.version()
+            }
+        };
         Ok((done, version))
     }
 
@@ -564,14 +568,15 @@ impl Pipeline {
     ) -> Result<Embedded, PipelineError> {
         let profile = embeddings::profile(&self.budgets.assign(tenant.name()).0, budget_ms);
         let done = embeddings::run(&profile, self.corpus.embedder.as_ref(), texts, arrived).await;
-        match &done {
-            Ok(Embedded { report, .. }) | Err(PipelineError::BudgetExceeded { report, .. }) => {
-                let degraded = done.is_err() || report.first_overran().is_some();
-                let trace =
-                    ragtime_telemetry::exported_trace_id(&tracing::Span::current(), degraded);
-                self.metrics.record_report(report, trace.as_deref());
-            }
-            Err(_) => {}
+        let report = match &done {
+            Ok(Embedded { report, .. }) => Some(report),
+            Err(PipelineError::BudgetExceeded { report, .. }) => Some(&**report),
+            Err(_) => None,
+        };
+        if let Some(report) = report {
+            let degraded = done.is_err() || report.first_overran().is_some();
+            let trace = ragtime_telemetry::exported_trace_id(&tracing::Span::current(), degraded);
+            self.metrics.record_report(report, trace.as_deref());
         }
         done
     }

@@ -245,15 +245,119 @@ async fn a_follow_up_is_answered_from_the_conversation_s_section() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_slow_grounding_check_leaves_the_answer_unchecked_not_partial() {
+async fn a_grounding_check_that_did_not_finish_makes_the_answer_partial() {
     let mut w = world(says("Pass --vcs none to skip the repository [1]. "));
-    w.e = HashEmbedder::new(256).with_delay(500 * MS);
+    // Within the query's 100 ms, past the check's 50.
+    w.e = HashEmbedder::new(256).with_delay(60 * MS);
     let (a, _) = generated(&w, OnUngrounded::Extractive, false).await;
+    assert_eq!(outcome(&a, Stage::Embed), Some(Outcome::Ok));
     assert_eq!(outcome(&a, Stage::Verify), Some(Outcome::Timeout));
     assert!(a.grounding.is_none());
-    assert!(
-        !a.partial || a.partial_reason != Some(PartialReason::Stage(Stage::Verify)),
-        "{:?}",
-        a.partial_reason
+    assert!(a.partial, "an unchecked answer is not a whole one");
+    assert_eq!(a.partial_reason, Some(PartialReason::Stage(Stage::Verify)));
+    // Turned off, the check is a choice, not a cut.
+    let g = says("Pass --vcs none to skip the repository [1]. ");
+    let w = world(g);
+    let mut p = profile();
+    p.verify_ms = 0;
+    let (tx, _rx) = mpsc::channel(256);
+    let budget = RequestBudget::start(&p, &CHAT_PLAN, None);
+    let q = ask(
+        QUESTION,
+        AnswerMode::Generate,
+        OnUngrounded::Annotate,
+        false,
     );
+    let b = chat::run(&budget, &w.deps(), &q, &tx).await;
+    assert_eq!(outcome(&b, Stage::Verify), Some(Outcome::Skipped));
+    assert!(!b.partial, "{:?}", b.partial_reason);
+}
+
+/// A backend whose first token always takes 900 ms: a few prompts in, its
+/// learned prefill rate leaves the 1 s allotment no room for a passage.
+/// The model is still never asked without one: the best passage goes,
+/// and the report says what was sent, dropped, and past the allotment.
+#[tokio::test(start_paused = true)]
+async fn a_model_is_never_asked_without_a_passage_however_slow_its_prefill_looks() {
+    let g = Arc::new(ScriptedGenerator::new(Script {
+        progress: Vec::new(),
+        ttft: 900 * MS,
+        tokens: vec!["Pass ".into(), "--vcs none [1]. ".into()],
+        gap: 10 * MS,
+        end: End::Done("stop"),
+    }));
+    let w = world(g.clone());
+    let mut over = 0;
+    for _ in 0..6 {
+        let (a, _) = generated(&w, OnUngrounded::Annotate, false).await;
+        let p = a.report.prompt.expect("the prompt is reported");
+        assert!(p.passages_sent >= 1, "{p:?}");
+        assert_eq!(p.passages_sent, a.citations.len());
+        assert_eq!(p.passages_sent + p.passages_dropped, 3, "{p:?}");
+        over += usize::from(p.over_allotment);
+    }
+    assert!(over > 0, "the allotment came to hold no passage");
+    for r in g.requests() {
+        let system = &r.messages[0].content;
+        assert!(
+            system.contains("[1] "),
+            "a prompt without sources: {system}"
+        );
+        assert!(!system.contains("none were found"), "{system}");
+    }
+}
+
+/// `budget_ms` too small for the model: it is not asked, and the answer
+/// says so — partial at `llm_ttft`, given as extractive.
+#[tokio::test(start_paused = true)]
+async fn a_budget_with_no_time_for_the_model_gives_a_partial_extractive_answer() {
+    let g = says("never asked ");
+    let w = world(g.clone());
+    let (tx, _rx) = mpsc::channel(256);
+    let budget = RequestBudget::start(&profile(), &CHAT_PLAN, Some(50));
+    let q = ask(
+        QUESTION,
+        AnswerMode::Generate,
+        OnUngrounded::Annotate,
+        false,
+    );
+    let a = chat::run(&budget, &w.deps(), &q, &tx).await;
+    assert!(g.requests().is_empty(), "the model was not asked");
+    assert!(a.partial);
+    assert_eq!(a.partial_reason, Some(PartialReason::Stage(Stage::LlmTtft)));
+    assert_eq!(a.answer_mode, AnswerMode::Extractive);
+    assert!(a.text.contains("not asked"), "{}", a.text);
+    assert!(!a.text.contains("did not answer in time"), "{}", a.text);
+    assert!(a.text.contains("--vcs none"), "{}", a.text);
+}
+
+/// The extractive reader's own work (embedding candidate sentences) is a
+/// stage of its own: the stages and the overhead add up to the total.
+#[tokio::test(start_paused = true)]
+async fn every_millisecond_of_an_extractive_answer_is_in_a_stage() {
+    let quoted = |delay| async move {
+        let mut w = world(says("never asked "));
+        w.e = HashEmbedder::new(256).with_delay(delay);
+        let q = ask(
+            QUESTION,
+            AnswerMode::Extractive,
+            OnUngrounded::Annotate,
+            false,
+        );
+        turn(&w.deps(), &q).await.0
+    };
+    let a = quoted(15 * MS).await;
+    let r = &a.report;
+    let quote = r.stage(Stage::Quote).expect("a quote stage");
+    assert!(quote.elapsed_ms >= 15, "{quote:?}");
+    assert_eq!(quote.budget_ms, 40);
+    let in_stages: u64 = r.stages.iter().map(|s| s.elapsed_ms).sum();
+    assert_eq!(in_stages + r.overhead_ms, r.elapsed_ms, "{r:?}");
+    assert!(r.overhead_ms <= 1, "time outside the stages: {r:?}");
+    // The reader cut short by its allotment says so.
+    let b = quoted(30 * MS).await;
+    let quote = b.report.stage(Stage::Quote).expect("a quote stage");
+    assert_eq!(quote.outcome, Outcome::Partial, "{quote:?}");
+    assert!(b.partial);
+    assert_eq!(b.partial_reason, Some(PartialReason::Stage(Stage::Quote)));
 }

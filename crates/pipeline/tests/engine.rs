@@ -19,6 +19,7 @@ fn profile(total: u64, stages: &[(Stage, u64)]) -> BudgetProfile {
         rerank_ms: 0,
         llm_ttft_ms: 0,
         llm_generate_ms: 0,
+        quote_ms: 0,
         verify_ms: 0,
     };
     for (s, ms) in stages {

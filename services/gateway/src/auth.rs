@@ -107,6 +107,36 @@ async fn api_key_tenant(state: &AppState, sent: &str) -> Result<Tenant, ApiError
     Ok(Tenant(rec.tenant))
 }
 
+/// A `/readyz` or `/metrics` request. With `server.require_key_for_probes`
+/// it needs the admin key or a valid api key (401 otherwise); `admin` says
+/// whether it sent the admin key (only the admin reads where the backends
+/// are).
+pub struct Probe {
+    pub admin: bool,
+}
+
+impl FromRequestParts<Arc<AppState>> for Probe {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, ApiError> {
+        let sent = bearer(&parts.headers);
+        let admin = sent.is_some_and(|k| is_admin_key(state, k));
+        if admin || !state.config.server.require_key_for_probes {
+            return Ok(Probe { admin });
+        }
+        match sent {
+            Some(k) => api_key_tenant(state, k).await.map(|_| Probe { admin }),
+            None => Err(ApiError::new(
+                ErrorCode::Unauthorized,
+                "server.require_key_for_probes: send Authorization: Bearer <key>",
+            )),
+        }
+    }
+}
+
 /// An `/admin` request: extracting it checks the admin key, so a handler
 /// that takes one runs for the admin only.
 pub struct Admin;

@@ -15,6 +15,7 @@ pub async fn ingest_files(
     collection: &str,
     files: &[PathBuf],
     filter: &ragtime_parse::FileFilter,
+    id_prefix: &str,
     batch: usize,
 ) -> anyhow::Result<()> {
     config.validate()?;
@@ -22,20 +23,18 @@ pub async fn ingest_files(
         ragtime_core::valid_collection(collection),
         "--collection: must be 1 to 64 characters of letters, digits, '_', '-' or '.'"
     );
-    let listed = list(files, filter)?;
+    let listed = list(files, filter, id_prefix)?;
     let mut parsed = Vec::new();
     for f in &listed {
-        let bytes = std::fs::read(f).with_context(|| format!("cannot read {}", f.display()))?;
-        parsed.push(
-            ragtime_parse::parse_file(&f.display().to_string(), bytes)
-                .map_err(anyhow::Error::msg)?,
-        );
+        let bytes =
+            std::fs::read(&f.path).with_context(|| format!("cannot read {}", f.path.display()))?;
+        parsed.push(ragtime_parse::parse_file(&f.id, bytes).map_err(anyhow::Error::msg)?);
     }
     // Read together, so lines repeated on most pages (chrome) are dropped,
     // and a page that repeats the others is found.
     let read = ragtime_parse::into_documents(parsed);
     for s in &read.skipped {
-        eprintln!("skipped {}: {}", listed[s.file].display(), s.reason);
+        eprintln!("skipped {}: {}", listed[s.file].id, s.reason);
     }
     let docs = read.docs;
     let store = crate::app::open_store(config).await?;
@@ -90,35 +89,80 @@ pub async fn ingest_files(
     Ok(())
 }
 
+/// A file to send and its document id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    pub path: PathBuf,
+    /// `prefix` and the file's path from the folder given (`races.html`,
+    /// `sub/page.html`); a file named itself: its path as given, or its
+    /// name when that path is absolute.
+    pub id: String,
+}
+
 /// The files named, folders walked, less those `filter` refuses (a
 /// folder's files matched by their path from it, a named file by its
-/// path as given); how many it left out is said on stderr.
-fn list(files: &[PathBuf], filter: &ragtime_parse::FileFilter) -> anyhow::Result<Vec<PathBuf>> {
+/// path as given). Licence files and tables of contents are named on
+/// stderr as they are passed over; how many the patterns left out is
+/// said there too. None found: an error naming the types seen and those
+/// read.
+pub fn list(
+    files: &[PathBuf],
+    filter: &ragtime_parse::FileFilter,
+    prefix: &str,
+) -> anyhow::Result<Vec<Listed>> {
     let mut listed = Vec::new();
     let mut left_out = 0usize;
+    let mut seen_types = std::collections::BTreeSet::new();
+    let mut keep = |rel: String, path: PathBuf, listed: &mut Vec<Listed>| {
+        if let Some(why) = filter.passes_over(&rel) {
+            eprintln!("skipped {rel}: {why}");
+        } else if filter.refuses(&rel).is_some() {
+            left_out += 1;
+        } else {
+            listed.push(Listed {
+                path,
+                id: format!("{prefix}{rel}"),
+            });
+        }
+    };
     for f in files {
         if f.is_dir() {
             let mut found = Vec::new();
-            walk(f, &mut found).with_context(|| format!("cannot list {}", f.display()))?;
+            walk(f, &mut found, &mut seen_types)
+                .with_context(|| format!("cannot list {}", f.display()))?;
             for p in found {
                 let rel = p
                     .strip_prefix(f)
                     .unwrap_or(&p)
                     .to_string_lossy()
                     .replace('\\', "/");
-                match filter.refuses(&rel) {
-                    Some(_) => left_out += 1,
-                    None => listed.push(p),
-                }
+                keep(rel, p, &mut listed);
             }
-        } else if filter.refuses(&f.to_string_lossy()).is_some() {
-            left_out += 1;
         } else {
-            listed.push(f.clone());
+            let rel = if f.is_absolute() {
+                f.file_name().map_or_else(
+                    || f.to_string_lossy().into_owned(),
+                    |n| n.to_string_lossy().into_owned(),
+                )
+            } else {
+                f.to_string_lossy().replace('\\', "/")
+            };
+            keep(rel, f.clone(), &mut listed);
         }
     }
     if left_out > 0 {
         eprintln!("{left_out} files left out by --include/--exclude");
+    }
+    if listed.is_empty() {
+        let seen = if seen_types.is_empty() {
+            "no files".to_owned()
+        } else {
+            seen_types.into_iter().collect::<Vec<_>>().join(", ")
+        };
+        anyhow::bail!(
+            "no file of a known type to send: found {seen}; ragtime reads {}",
+            ragtime_parse::supported()
+        );
     }
     Ok(listed)
 }
@@ -182,22 +226,22 @@ pub async fn ingest_remote(
     collection: &str,
     files: &[PathBuf],
     filter: &ragtime_parse::FileFilter,
+    id_prefix: &str,
 ) -> anyhow::Result<()> {
     let server = server_url(server)?;
     let server = server.as_str();
-    let listed = list(files, filter)?;
-    anyhow::ensure!(!listed.is_empty(), "no file of a known type to send");
+    let listed = list(files, filter, id_prefix)?;
     let http = reqwest::Client::new();
     let auth = |r: reqwest::RequestBuilder| match api_key {
         Some(k) => r.bearer_auth(k),
         None => r,
     };
     // Files grouped into requests under the size limit.
-    let mut groups: Vec<Vec<PathBuf>> = vec![Vec::new()];
+    let mut groups: Vec<Vec<Listed>> = vec![Vec::new()];
     let mut size = 0u64;
     for f in listed {
-        let len = std::fs::metadata(&f)
-            .with_context(|| format!("cannot read {}", f.display()))?
+        let len = std::fs::metadata(&f.path)
+            .with_context(|| format!("cannot read {}", f.path.display()))?
             .len();
         if size + len > REQUEST_BYTES && groups.last().is_some_and(|g| !g.is_empty()) {
             groups.push(Vec::new());
@@ -214,8 +258,9 @@ pub async fn ingest_remote(
             .text("collection", collection.to_owned())
             .text("async", "true");
         for f in &group {
-            let bytes = std::fs::read(f).with_context(|| format!("cannot read {}", f.display()))?;
-            let part = reqwest::multipart::Part::bytes(bytes).file_name(f.display().to_string());
+            let bytes = std::fs::read(&f.path)
+                .with_context(|| format!("cannot read {}", f.path.display()))?;
+            let part = reqwest::multipart::Part::bytes(bytes).file_name(f.id.clone());
             form = form.part("file", part);
         }
         let resp = auth(http.post(format!("{server}/v1/documents")))
@@ -338,8 +383,13 @@ pub async fn ingest_remote(
 }
 
 /// The files under `dir` that ragtime reads (by extension), in name order,
-/// folders walked depth-first; hidden entries (`.git`, `.DS_Store`) skipped.
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+/// folders walked depth-first; hidden entries (`.git`, `.DS_Store`)
+/// skipped. `types`: the extensions of the files it does not read.
+fn walk(
+    dir: &Path,
+    out: &mut Vec<PathBuf>,
+    types: &mut std::collections::BTreeSet<String>,
+) -> std::io::Result<()> {
     let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?
         .map(|e| e.map(|e| e.path()))
         .collect::<Result<_, _>>()?;
@@ -350,9 +400,14 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
             continue;
         }
         if p.is_dir() {
-            walk(&p, out)?;
+            walk(&p, out, types)?;
         } else if ragtime_parse::is_supported(name) {
             out.push(p);
+        } else {
+            types.insert(match name.rsplit_once('.') {
+                Some((_, ext)) => format!(".{}", ext.to_ascii_lowercase()),
+                None => "files without an extension".to_owned(),
+            });
         }
     }
     Ok(())

@@ -51,6 +51,8 @@ error_codes! {
         "A field, parameter or path segment is missing or invalid (`field` names it)";
     UnsupportedMediaType = "unsupported_media_type", UNSUPPORTED_MEDIA_TYPE, "Not a JSON body";
     PayloadTooLarge = "payload_too_large", PAYLOAD_TOO_LARGE, "The body is over the size limit";
+    RequestTimeout = "request_timeout", REQUEST_TIMEOUT,
+        "The body did not arrive within `server.body_timeout_ms`";
     NotFound = "not_found", NOT_FOUND, "No such collection, document or resource";
     MethodNotAllowed = "method_not_allowed", METHOD_NOT_ALLOWED, "Not a method of this route";
     Unauthorized = "unauthorized", UNAUTHORIZED, "No credentials, or not a valid key";
@@ -133,7 +135,7 @@ impl From<PipelineError> for ApiError {
             }
             PipelineError::Invalid { field, message } => ApiError::invalid(field, message),
             PipelineError::BudgetExceeded { message, report } => {
-                ApiError::new(ErrorCode::BudgetExceeded, message).with_budget(report)
+                ApiError::new(ErrorCode::BudgetExceeded, message).with_budget(*report)
             }
             PipelineError::Overloaded { retry_after } => ApiError::new(
                 ErrorCode::Overloaded,
@@ -202,7 +204,10 @@ impl IntoResponse for ApiError {
         if let Some(t) = timing.and_then(|t| HeaderValue::from_str(&t).ok()) {
             resp.headers_mut().insert("server-timing", t);
         }
-        if self.code == ErrorCode::PayloadTooLarge {
+        if matches!(
+            self.code,
+            ErrorCode::PayloadTooLarge | ErrorCode::RequestTimeout
+        ) {
             // The rest of the body was never read, so this connection cannot
             // carry another request: say so, or a pooling client reuses it
             // and its next request fails with an incomplete message.

@@ -15,17 +15,27 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the HTTP service.
+    /// Run the HTTP service: on 127.0.0.1:8080 unless `server.addr` (or
+    /// RAGTIME__SERVER__ADDR=0.0.0.0:8080) says otherwise, its store and
+    /// indexes under `data_dir` (~/.local/share/ragtime, or
+    /// RAGTIME__DATA_DIR). Every
+    /// setting can be given as RAGTIME__SECTION__KEY (docs/configuration.md).
     Serve {
         /// Config file (default: ./ragtime.toml if present).
         #[arg(long, short)]
         config: Option<PathBuf>,
+        /// Listen here (host:port), over `server.addr`.
+        #[arg(long, value_name = "HOST:PORT")]
+        addr: Option<std::net::SocketAddr>,
     },
     /// Ingest files or folders (walked, every file of a known type) into
     /// the store: BEIR-style .jsonl / .jsonl.gz (`_id`, `title`, `text`,
-    /// `metadata`), .txt, .md, .html, .pdf; a file's document id is its
-    /// path as given. A running server on the same store serves the new
-    /// documents within a second.
+    /// `metadata`), .txt, .md, .html, .pdf, .rs. A file's document id is
+    /// its path from the folder given (`races.html`, `sub/page.html`), or
+    /// the path of a file named itself. Licence files and tables of
+    /// contents (`toc.html`) are passed over unless --include names them.
+    /// A running server on the same store serves the new documents within
+    /// a second.
     Ingest {
         #[arg(long, short)]
         config: Option<PathBuf>,
@@ -52,6 +62,9 @@ enum Command {
         /// is), e.g. `--exclude print.html --exclude '**/drafts/**'`.
         #[arg(long, value_name = "PATTERN")]
         exclude: Vec<String>,
+        /// Put this before every document id (`--id-prefix nomicon/`).
+        #[arg(long, value_name = "PREFIX", default_value = "")]
+        id_prefix: String,
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
@@ -76,11 +89,14 @@ enum Command {
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve { config } => {
-            let config = match Config::load(config.as_deref()) {
+        Command::Serve { config, addr } => {
+            let mut config = match Config::load(config.as_deref()) {
                 Ok(c) => c,
                 Err(e) => return fail(&e),
             };
+            if let Some(addr) = addr {
+                config.server.addr = addr;
+            }
             let telemetry = ragtime_gateway::init_telemetry(&config);
             let app = match Application::build(config).await {
                 Ok(app) => app,
@@ -101,6 +117,7 @@ async fn main() -> std::process::ExitCode {
             api_key,
             include,
             exclude,
+            id_prefix,
             files,
         } => {
             let filter = match ragtime_parse::FileFilter::new(&include, &exclude) {
@@ -114,6 +131,7 @@ async fn main() -> std::process::ExitCode {
                     &collection,
                     &files,
                     &filter,
+                    &id_prefix,
                 );
                 return match sent.await {
                     Ok(()) => std::process::ExitCode::SUCCESS,
@@ -125,8 +143,14 @@ async fn main() -> std::process::ExitCode {
                 Err(e) => return fail(&e),
             };
             let _telemetry = ragtime_gateway::init_telemetry(&config);
-            let done =
-                ragtime_gateway::ingest_files(&config, &collection, &files, &filter, batch.max(1));
+            let done = ragtime_gateway::ingest_files(
+                &config,
+                &collection,
+                &files,
+                &filter,
+                &id_prefix,
+                batch.max(1),
+            );
             match done.await {
                 Ok(()) => std::process::ExitCode::SUCCESS,
                 Err(e) => fail(&format!("{e:#}")),

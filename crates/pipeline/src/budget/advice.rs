@@ -224,6 +224,7 @@ mod tests {
             + a.proposed.rerank
             + a.proposed.llm_ttft
             + a.proposed.llm_generate
+            + a.proposed.quote
             + a.proposed.verify;
         assert_eq!(sum, 15_000, "spare time to generation");
         assert_eq!(a.binding_stage, "llm_generate");
@@ -266,6 +267,8 @@ mod tests {
         let a = advise(&BudgetProfile::cpu(), &s, 20, 300, &no_rerank);
         let p = a.proposed;
         assert!(p.embed > 0 && p.retrieve > 0 && p.llm_ttft > 0, "{p:?}");
-        assert!(p.cache + p.embed + p.retrieve + p.llm_ttft + p.llm_generate + p.verify <= 20);
+        assert!(
+            p.cache + p.embed + p.retrieve + p.llm_ttft + p.llm_generate + p.quote + p.verify <= 20
+        );
     }
 }

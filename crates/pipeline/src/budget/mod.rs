@@ -10,7 +10,7 @@ pub mod profile;
 pub mod runtime;
 
 use crate::budget::profile::BudgetProfile;
-use ragtime_core::{BudgetReport, Cancel, Outcome, Stage, StageError, StageReport};
+use ragtime_core::{BudgetReport, Cancel, Outcome, PromptReport, Stage, StageError, StageReport};
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -133,6 +133,7 @@ pub struct RequestBudget {
     deadline: Instant,
     records: Mutex<Vec<StageReport>>,
     index_load_ms: Mutex<Option<u64>>,
+    prompt: Mutex<Option<PromptReport>>,
     requested_ms: Option<u64>,
 }
 
@@ -183,6 +184,7 @@ fn stage_span(stage: Stage, budget: Duration) -> Span {
             llm.hedged = field::Empty,
         ),
         Stage::LlmGenerate => span!("llm_generate", "CHAIN"),
+        Stage::Quote => span!("quote", "CHAIN"),
         Stage::Verify => span!("verify", "EVALUATOR"),
     }
 }
@@ -215,6 +217,7 @@ impl RequestBudget {
             start,
             records: Mutex::new(Vec::with_capacity(plan.len())),
             index_load_ms: Mutex::new(None),
+            prompt: Mutex::new(None),
             requested_ms,
         }
     }
@@ -355,6 +358,42 @@ impl RequestBudget {
         StageRun::new(stage, outcome, value, budget, elapsed)
     }
 
+    /// Runs a stage whose work keeps its own time and always answers (the
+    /// extractive reader): it is handed its allotment — zero when none is
+    /// left, and it then does only what needs no waiting — and is never
+    /// dropped, so its time is its stage's whatever it costs. It ends `ok`
+    /// when the work did all it meant to, `partial` (with the work's note)
+    /// when time cut it short.
+    pub async fn run_anytime<T, F, Fut>(&self, stage: Stage, work: F) -> T
+    where
+        F: FnOnce(Duration) -> Fut,
+        Fut: Future<Output = Done<T>>,
+    {
+        let budget = self.allot(stage);
+        let span = stage_span(stage, budget);
+        let started = Instant::now();
+        let done = work(budget).instrument(span.clone()).await;
+        let elapsed = started.elapsed();
+        let (value, outcome, detail) = match done {
+            Done::Full(v) => (v, Outcome::Ok, None),
+            Done::Partial(v, note) => (v, Outcome::Partial, Some(note)),
+        };
+        self.finish(&span, stage, budget, elapsed, outcome, detail);
+        value
+    }
+
+    /// Notes what the model was sent (the report's `prompt`, and an event
+    /// on the current span).
+    pub fn note_prompt(&self, prompt: PromptReport) {
+        tracing::info!(
+            passages.sent = i64::try_from(prompt.passages_sent).unwrap_or(i64::MAX),
+            passages.dropped = i64::try_from(prompt.passages_dropped).unwrap_or(i64::MAX),
+            over_allotment = prompt.over_allotment,
+            "prompt sized"
+        );
+        *lock(&self.prompt) = Some(prompt);
+    }
+
     fn finish(
         &self,
         span: &Span,
@@ -393,12 +432,17 @@ impl RequestBudget {
 
     /// The budget story so far.
     pub fn report(&self) -> BudgetReport {
+        let stages = lock(&self.records).clone();
+        let elapsed_ms = ms(self.elapsed());
+        let in_stages: u64 = stages.iter().map(|s| s.elapsed_ms).sum();
         BudgetReport {
             total_ms: self.profile.total_ms,
             requested_ms: self.requested_ms,
-            elapsed_ms: ms(self.elapsed()),
-            stages: lock(&self.records).clone(),
+            elapsed_ms,
+            overhead_ms: elapsed_ms.saturating_sub(in_stages),
+            stages,
             index_load_ms: *lock(&self.index_load_ms),
+            prompt: *lock(&self.prompt),
         }
     }
 

@@ -20,6 +20,7 @@ pub struct BudgetProfile {
     pub rerank_ms: u64,
     pub llm_ttft_ms: u64,
     pub llm_generate_ms: u64,
+    pub quote_ms: u64,
     pub verify_ms: u64,
 }
 
@@ -50,6 +51,7 @@ impl BudgetProfile {
             rerank_ms: 500,
             llm_ttft_ms: 4_000,
             llm_generate_ms: 10_000,
+            quote_ms: 40,
             verify_ms: 50,
         }
     }
@@ -64,6 +66,7 @@ impl BudgetProfile {
             rerank_ms: 150,
             llm_ttft_ms: 700,
             llm_generate_ms: 1_950,
+            quote_ms: 40,
             verify_ms: 50,
         }
     }
@@ -76,6 +79,7 @@ impl BudgetProfile {
             Stage::Rerank => self.rerank_ms,
             Stage::LlmTtft => self.llm_ttft_ms,
             Stage::LlmGenerate => self.llm_generate_ms,
+            Stage::Quote => self.quote_ms,
             Stage::Verify => self.verify_ms,
         }
     }
@@ -88,6 +92,7 @@ impl BudgetProfile {
             Stage::Rerank => &mut self.rerank_ms,
             Stage::LlmTtft => &mut self.llm_ttft_ms,
             Stage::LlmGenerate => &mut self.llm_generate_ms,
+            Stage::Quote => &mut self.quote_ms,
             Stage::Verify => &mut self.verify_ms,
         };
         *slot = ms;

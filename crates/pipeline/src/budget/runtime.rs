@@ -24,7 +24,14 @@ pub struct StageMs {
     pub rerank: u64,
     pub llm_ttft: u64,
     pub llm_generate: u64,
+    /// Absent from a `PUT` written before the stage existed: its default.
+    #[serde(default = "default_quote_ms")]
+    pub quote: u64,
     pub verify: u64,
+}
+
+fn default_quote_ms() -> u64 {
+    BudgetProfile::cpu().quote_ms
 }
 
 impl From<&BudgetProfile> for StageMs {
@@ -36,6 +43,7 @@ impl From<&BudgetProfile> for StageMs {
             rerank: p.rerank_ms,
             llm_ttft: p.llm_ttft_ms,
             llm_generate: p.llm_generate_ms,
+            quote: p.quote_ms,
             verify: p.verify_ms,
         }
     }
@@ -70,6 +78,7 @@ pub struct StagesPatch {
     pub rerank: Option<u64>,
     pub llm_ttft: Option<u64>,
     pub llm_generate: Option<u64>,
+    pub quote: Option<u64>,
     pub verify: Option<u64>,
 }
 
@@ -101,6 +110,7 @@ impl From<BudgetPut> for BudgetPatch {
                 rerank: Some(s.rerank),
                 llm_ttft: Some(s.llm_ttft),
                 llm_generate: Some(s.llm_generate),
+                quote: Some(s.quote),
                 verify: Some(s.verify),
             }),
         }
@@ -126,6 +136,7 @@ impl BudgetPatch {
             (Stage::Rerank, s.rerank),
             (Stage::LlmTtft, s.llm_ttft),
             (Stage::LlmGenerate, s.llm_generate),
+            (Stage::Quote, s.quote),
             (Stage::Verify, s.verify),
         ]
         .into_iter()

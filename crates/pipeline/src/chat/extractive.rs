@@ -42,6 +42,10 @@ pub enum Why {
     Failed,
     /// Not asked: every backend's breaker was open.
     Skipped,
+    /// Not asked: the request left the model no time (`llm_ttft` got 0).
+    NoTime,
+    /// Not asked: the model's context window had no room for a source.
+    NoRoom,
     /// The model's answer was not supported by its sources.
     Ungrounded,
 }
@@ -56,6 +60,12 @@ impl Why {
             Why::Failed => Some("The model failed to answer; this is quoted from the sources."),
             Why::Skipped => Some(
                 "The model was not asked: its backend failed several times in a row and is paused; this is quoted from the sources.",
+            ),
+            Why::NoTime => Some(
+                "The model was not asked: the request's budget left it no time; this is quoted from the sources.",
+            ),
+            Why::NoRoom => Some(
+                "The model was not asked: its context window has no room for the sources; this is quoted from the sources.",
             ),
             Why::Ungrounded => Some("What the sources say:"),
         }
@@ -535,12 +545,16 @@ pub async fn extract(
     cross: Option<&dyn Reranker>,
     time: Duration,
     why: Why,
-) -> String {
+) -> Quote {
     let started = std::time::Instant::now();
     let cands = candidates(query, ranked);
-    let sims = match query_vec.filter(|_| !cands.is_empty() && !time.is_zero()) {
+    let wanted = match query_vec {
+        Some(_) => cands.len().min(MAX_EMBEDDED),
+        None => 0,
+    };
+    let (sims, embedded) = match query_vec.filter(|_| !cands.is_empty() && !time.is_zero()) {
         Some(qv) => similarities(&cands, qv, embedder, time).await,
-        None => None,
+        None => (None, 0),
     };
     let mut scores = fused(&cands, sims.as_deref());
     weigh(query, &cands, &mut scores);
@@ -558,7 +572,38 @@ pub async fn extract(
             blend_cross(&mut scores, &scored);
         }
     }
-    compose(ranked, &pick(ranked, &cands, &scores), why)
+    Quote {
+        text: compose(ranked, &pick(ranked, &cands, &scores), why),
+        wanted,
+        embedded,
+    }
+}
+
+/// An extractive answer, and how much of the reading it had time for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quote {
+    pub text: String,
+    /// The candidate sentences it meant to compare with the question by
+    /// their vectors (none without a query vector).
+    pub wanted: usize,
+    /// Those embedded in time.
+    pub embedded: usize,
+}
+
+impl Quote {
+    /// The text as a stage's result: whole when every sentence it meant
+    /// to embed was, partial (saying how many) when time cut that short.
+    pub fn done(self) -> crate::budget::Done<String> {
+        use crate::budget::Done;
+        if self.embedded >= self.wanted {
+            return Done::Full(self.text);
+        }
+        let note = format!(
+            "{} of {} candidate sentences embedded in time; words and rank chose the rest",
+            self.embedded, self.wanted
+        );
+        Done::Partial(self.text, note)
+    }
 }
 
 /// Candidates embedded per call: the best by words go first, so a quote
@@ -578,7 +623,7 @@ async fn similarities(
     qv: &[f32],
     embedder: &dyn Embedder,
     time: Duration,
-) -> Option<Vec<f32>> {
+) -> (Option<Vec<f32>>, usize) {
     // The best by words and rank are embedded; the rest count as
     // dissimilar (they stay candidates, to be quoted after a chosen one).
     // Tokio's clock, so that a paused test clock measures it too.
@@ -587,6 +632,7 @@ async fn similarities(
     by_words.sort_by(|&a, &b| cands[b].lexical.total_cmp(&cands[a].lexical));
     by_words.truncate(MAX_EMBEDDED);
     let mut sims: Option<Vec<f32>> = None;
+    let mut embedded = 0;
     for group in by_words.chunks(EMBED_GROUP) {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         if left.is_zero() {
@@ -606,11 +652,12 @@ async fn similarities(
                 for (&i, v) in group.iter().zip(&vs) {
                     sims[i] = v.iter().zip(qv).map(|(a, b)| a * b).sum();
                 }
+                embedded += group.len();
             }
             _ => break,
         }
     }
-    sims
+    (sims, embedded)
 }
 
 #[cfg(test)]
@@ -860,7 +907,9 @@ mod tests {
         ];
         for (cross, starts, why) in cases {
             let time = Duration::from_millis(40);
-            let a = extract("bank deposits", None, &r, &e, cross, time, Why::Chosen).await;
+            let a = extract("bank deposits", None, &r, &e, cross, time, Why::Chosen)
+                .await
+                .text;
             assert!(a.starts_with(starts), "{why}: {a}");
         }
     }
@@ -879,9 +928,10 @@ mod tests {
             let qv = e.vector(query);
             let c = &c;
             async move {
-                similarities(c, &qv, &e, time)
-                    .await
-                    .map(|sims| sims.iter().filter(|s| **s != 0.0).count())
+                let (sims, embedded) = similarities(c, &qv, &e, time).await;
+                let counted = sims.map(|sims| sims.iter().filter(|s| **s != 0.0).count());
+                assert_eq!(counted.unwrap_or(0), embedded);
+                counted
             }
         };
         // Time for both groups: every candidate has its similarity.

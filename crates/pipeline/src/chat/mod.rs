@@ -25,7 +25,7 @@ mod prompt;
 mod text;
 mod verify;
 
-pub use extractive::{Why, extract, extractive_answer};
+pub use extractive::{Quote, Why, extract, extractive_answer};
 pub use prompt::{DEFAULT_MAX_TOKENS, Prompt, PromptPlan, build_prompt};
 pub use verify::{SUPPORT_COSINE, SourceVectors, check as check_grounding, embed_sources};
 
@@ -38,14 +38,15 @@ use crate::rerank::{RerankParams, rerank};
 use crate::search::{Mode, SearchRequest, embed_query, retrieve};
 use ragtime_core::{
     BudgetReport, CachedAnswer, Cancel, Citation, Embedder, Filter, GenRequest, Grounding, Message,
-    Outcome, PartialReason, Passage, Reranker, ResponseCache, Retriever, Scope, Stage, Usage,
+    Outcome, PartialReason, Passage, PromptReport, Reranker, ResponseCache, Retriever, Scope,
+    Stage, Usage,
 };
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
-pub const CHAT_PLAN: [StagePlan; 7] = [
+pub const CHAT_PLAN: [StagePlan; 8] = [
     StagePlan::new(Stage::Embed, Policy::Fallback),
     StagePlan::new(Stage::Cache, Policy::Optional),
     StagePlan::new(Stage::Retrieve, Policy::Required),
@@ -53,13 +54,13 @@ pub const CHAT_PLAN: [StagePlan; 7] = [
     StagePlan::new(Stage::LlmTtft, Policy::Required),
     StagePlan::new(Stage::LlmGenerate, Policy::Required),
     StagePlan::new(Stage::Verify, Policy::Optional),
+    // The extractive reader runs where an answer needs it (instead of the
+    // model, before it, or after an unsupported answer), in what is left.
+    StagePlan::new(Stage::Quote, Policy::Optional),
 ];
 
 /// Passages an extractive answer quotes.
 const EXTRACTIVE_PASSAGES: usize = 5;
-/// Longest an extractive answer waits for its sentences' vectors (then
-/// words and rank choose alone).
-const EXTRACTIVE_EMBED: Duration = Duration::from_millis(40);
 
 /// How a chat request answers (`chat.answer`, or the request's `answer`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -494,8 +495,8 @@ struct Turn<'a> {
     qv: Option<&'a [f32]>,
 }
 
-/// The extractive quote, with the embedding model's help for as long as
-/// the request can spare (at most [`EXTRACTIVE_EMBED`]).
+/// `quote`: the extractive quote, with the embedding model's help for as
+/// long as the stage's allotment lasts.
 async fn quote(t: &Turn<'_>, ranked: &[(usize, &Passage)], why: Why) -> String {
     let Turn {
         budget,
@@ -517,13 +518,19 @@ async fn quote(t: &Turn<'_>, ranked: &[(usize, &Passage)], why: Why) -> String {
         } else {
             format!("The search of collection {c:?} did not finish in time: no sources to quote.")
         };
+        budget.skip(Stage::Quote, "no sources to quote");
         return extractive::with_note(body, why);
     }
-    let time = budget.remaining().min(EXTRACTIVE_EMBED);
     // Shed requests get the cheapest quote: no cross-encoder.
     let cross = deps.reranker.map(|(r, _)| r).filter(|_| why != Why::Busy);
     let asked = input.search_text();
-    extract(&asked, qv, ranked, deps.embedder, cross, time, why).await
+    budget
+        .run_anytime(Stage::Quote, |time| async move {
+            extract(&asked, qv, ranked, deps.embedder, cross, time, why)
+                .await
+                .done()
+        })
+        .await
 }
 
 /// The extractive answer: no prefill needed, so it draws on the best
@@ -578,6 +585,7 @@ fn extractive_reply(text: String, passages: Vec<Passage>, why: Why) -> Reply {
             Why::Busy => Some(PartialReason::Overload),
             Why::Failed => Some(PartialReason::LlmError),
             Why::Skipped => Some(PartialReason::LlmUnavailable),
+            Why::NoTime | Why::NoRoom => Some(PartialReason::Stage(Stage::LlmTtft)),
             _ => None,
         },
         backend: None,
@@ -598,6 +606,19 @@ async fn reply(t: &Turn<'_>, hits: &[Passage], shape: &Shape, out: &mut Output<'
         input,
         ..
     } = *t;
+    let ttft = budget.allot(Stage::LlmTtft);
+    if ttft.is_zero() {
+        // Asked with no time to answer, the model could only miss: it is
+        // not asked, and the answer says why.
+        let why = if budget.profile().stage_ms(Stage::LlmTtft) == 0 {
+            "the model was not asked: llm_ttft's budget is 0"
+        } else {
+            "the model was not asked: no time left for llm_ttft"
+        };
+        budget.skip(Stage::LlmTtft, why);
+        let top = ranked_top(hits);
+        return extractive(t, &top, out, Why::NoTime).await;
+    }
     deps.backends.count_request();
     let Some(backend) = deps.backends.pick(most_prompt_tokens(input, hits), &[]) else {
         budget.skip(
@@ -608,8 +629,24 @@ async fn reply(t: &Turn<'_>, hits: &[Passage], shape: &Shape, out: &mut Output<'
         let top = ranked_top(hits);
         return extractive(t, &top, out, Why::Skipped).await;
     };
-    let ttft = budget.allot(Stage::LlmTtft);
     let Sized { prompt, est } = prompt_for(budget, input, hits, shape, &backend, ttft);
+    budget.note_prompt(PromptReport {
+        passages_sent: prompt.passages.len(),
+        passages_dropped: hits.len().saturating_sub(prompt.passages.len()),
+        over_allotment: prompt.over_allotment,
+    });
+    if prompt.passages.is_empty() {
+        // Never a model answer without its sources.
+        budget.skip(
+            Stage::LlmTtft,
+            format!(
+                "the model was not asked: {}'s context window has no room for a passage",
+                backend.name()
+            ),
+        );
+        let top = ranked_top(hits);
+        return extractive(t, &top, out, Why::NoRoom).await;
+    }
     out.sources(prompt.passages.iter().map(citation).collect())
         .await;
     let announced = announced(hits, &prompt);
@@ -923,8 +960,12 @@ fn finish(
 ) -> ChatAnswer {
     let report = budget.report();
     let degraded = |s: Stage| report.stage(s).is_some_and(|r| r.outcome.is_degraded());
-    // An unfinished grounding check leaves the answer unchecked, not
-    // degraded.
+    // A model's answer the grounding check did not get to (overran, or no
+    // time was left for it) is unchecked: that is a degradation too, unless
+    // the check is turned off.
+    let unchecked = r.generated.as_deref().is_some_and(|g| !g.trim().is_empty())
+        && r.grounding.is_none()
+        && budget.profile().stage_ms(Stage::Verify) > 0;
     let stage = [Stage::LlmTtft, Stage::LlmGenerate]
         .into_iter()
         .find(|s| degraded(*s))
@@ -932,10 +973,17 @@ fn finish(
             report
                 .stages
                 .iter()
-                .find(|r| r.stage != Stage::Verify && r.outcome.is_degraded())
+                .find(|r| r.outcome.is_degraded())
                 .map(|r| r.stage)
-        });
+        })
+        .or_else(|| unchecked.then_some(Stage::Verify));
     let reason = r.reason.or_else(|| stage.map(PartialReason::Stage));
+    // What was given, not what was asked for: without the model's words
+    // the answer is extractive.
+    let mode = match (mode, &r.generated) {
+        (AnswerMode::Generate | AnswerMode::QuoteThenGenerate, None) => AnswerMode::Extractive,
+        (m, _) => m,
+    };
     ChatAnswer {
         text: r.text,
         citations: r.passages.iter().map(citation).collect(),

@@ -16,12 +16,19 @@ pub const DEFAULT_MAX_TOKENS: u32 = 256;
 /// Share of the `llm_ttft` allotment the prompt may fill (the rest is
 /// headroom for queueing and estimation error).
 const TTFT_SHARE: f64 = 0.7;
+/// The least of the best passage a prompt holds when the allotment has
+/// room for none: a model is never asked without its sources (it answers
+/// from what it was trained on, uncited), and one prompt read at the
+/// backend's true speed corrects an estimate a busy moment made too slow.
+pub const LEAST_SOURCE_CHARS: usize = 600;
 
 /// How much prompt and output a request can afford.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PromptPlan {
     /// Characters of prompt the backend can prefill within the allotment.
     pub max_chars: usize,
+    /// Characters of prompt the context window holds (beside the output).
+    pub context_chars: usize,
     /// Output tokens: the client's ask, capped by what fits in the
     /// generation allotment.
     pub output_cap: usize,
@@ -38,6 +45,10 @@ pub struct Prompt {
     pub max_tokens: u32,
     /// Characters of prompt text (all messages).
     pub chars: usize,
+    /// The allotment had room for no passage: the best one was sent all
+    /// the same (cut to [`LEAST_SOURCE_CHARS`]), past what the backend is
+    /// expected to read in time.
+    pub over_allotment: bool,
 }
 
 impl PromptPlan {
@@ -52,11 +63,13 @@ impl PromptPlan {
         let output_cap = (asked.unwrap_or(DEFAULT_MAX_TOKENS) as usize)
             .min(est.output_tokens_within(generate))
             .max(1);
+        let context = context_tokens.saturating_sub(output_cap + 64);
         let prompt_tokens = est
             .prompt_tokens_within(ttft.mul_f64(TTFT_SHARE))
-            .min(context_tokens.saturating_sub(output_cap + 64));
+            .min(context);
         Self {
             max_chars: (prompt_tokens as f64 * est.chars_per_token) as usize,
+            context_chars: (context as f64 * est.chars_per_token) as usize,
             output_cap,
             chars_per_token: est.chars_per_token,
             context_tokens,
@@ -65,8 +78,19 @@ impl PromptPlan {
 
     /// The prompt for `query` after `history`, with as many of `hits`
     /// (best first) as fit.
+    /// When the allotment holds none of them, the best one goes all the
+    /// same, cut to [`LEAST_SOURCE_CHARS`] (as far as the context window
+    /// allows).
     pub fn build(&self, hits: &[Passage], history: &[Message], query: &str) -> Prompt {
-        let (messages, passages) = build_prompt(hits, history, query, self.max_chars);
+        let (mut messages, mut passages) = build_prompt(hits, history, query, self.max_chars);
+        let mut over_allotment = false;
+        if passages.is_empty() && !hits.is_empty() {
+            let least = (fixed_chars(history, query) + LEAST_SOURCE_CHARS).min(self.context_chars);
+            if least > self.max_chars {
+                (messages, passages) = build_prompt(hits, history, query, least);
+                over_allotment = !passages.is_empty();
+            }
+        }
         let chars: usize = messages.iter().map(|m| m.content.len()).sum();
         let room = self
             .context_tokens
@@ -77,6 +101,7 @@ impl PromptPlan {
             passages,
             max_tokens: u32::try_from(self.output_cap.min(room)).unwrap_or(DEFAULT_MAX_TOKENS),
             chars,
+            over_allotment,
         }
     }
 }
@@ -101,6 +126,12 @@ fn source_block(i: usize, hit: &Passage) -> String {
     }
 }
 
+/// The prompt's characters besides its sources: the system prompt, the
+/// earlier turns and the question.
+fn fixed_chars(history: &[Message], query: &str) -> usize {
+    SYSTEM.len() + 16 + query.len() + history.iter().map(|m| m.content.len() + 8).sum::<usize>()
+}
+
 /// The prompt: system prompt and sources first (in chunk-id order, so the
 /// same passages give the same prefix), then earlier turns, then the
 /// question. Passages are taken best-first until `max_chars` is used up.
@@ -110,11 +141,7 @@ pub fn build_prompt(
     query: &str,
     max_chars: usize,
 ) -> (Vec<Message>, Vec<Passage>) {
-    let fixed = SYSTEM.len()
-        + 16
-        + query.len()
-        + history.iter().map(|m| m.content.len() + 8).sum::<usize>();
-    let mut room = max_chars.saturating_sub(fixed);
+    let mut room = max_chars.saturating_sub(fixed_chars(history, query));
     let mut chosen: Vec<Passage> = Vec::new();
     for h in hits {
         let need = h.chunk.text.len() + h.chunk.title.len() + h.chunk.section.len() + 12;
@@ -203,6 +230,38 @@ mod tests {
     }
 
     #[test]
+    fn the_best_passage_goes_even_when_the_allotment_holds_none() {
+        // 26 ms a prompt token (a busy moment's estimate): 2.8 s of the
+        // 4 s allotment reads about 100 tokens, room for the question only.
+        let est = Estimates {
+            ttft_base_ms: 100.0,
+            ms_per_prompt_token: 26.0,
+            ms_per_output_token: 10.0,
+            chars_per_token: 4.0,
+            ms_per_read_token: None,
+            observations: 10,
+        };
+        let secs = Duration::from_secs;
+        let p = PromptPlan::new(&est, secs(4), secs(10), 4096, None);
+        let long = "word ".repeat(400);
+        let hits = vec![hit(1, "A", &long), hit(2, "B", &long)];
+        let (_, none) = build_prompt(&hits, &[], "q", p.max_chars);
+        assert!(none.is_empty(), "the allotment alone holds no passage");
+        let prompt = p.build(&hits, &[], "q");
+        assert_eq!(prompt.passages.len(), 1);
+        assert_eq!(prompt.passages[0].chunk.chunk_id, 1, "the best one");
+        assert!(prompt.passages[0].chunk.text.len() <= LEAST_SOURCE_CHARS);
+        assert!(prompt.over_allotment);
+        assert!(!prompt.messages[0].content.contains("none were found"));
+        // A context window with no room for any: none, and the caller does
+        // not ask the model.
+        let tiny = PromptPlan::new(&est, secs(4), secs(10), 64 + 8 + 100, Some(8));
+        let prompt = tiny.build(&hits, &[], "q");
+        assert!(prompt.passages.is_empty());
+        assert!(!prompt.over_allotment);
+    }
+
+    #[test]
     fn the_plan_fits_the_allotments_and_the_context() {
         let est = Estimates {
             ttft_base_ms: 100.0,
@@ -243,6 +302,7 @@ mod tests {
         assert_eq!(p.max_chars, 398 * 4);
         let prompt = p.build(&[hit(1, "T", "text")], &[], "q");
         assert_eq!(prompt.passages.len(), 1);
+        assert!(!prompt.over_allotment);
         assert_eq!(prompt.max_tokens, 50);
         assert_eq!(
             prompt.chars,

@@ -403,7 +403,17 @@ impl Corpus {
         let mut receipts = receipts.into_iter().zip(new_docs);
         for PendingDoc { doc, unchanged, .. } in pending {
             if unchanged {
-                let stored = self.store.get_document(coll_id, &doc.id).await?;
+                // The write is durable: a failed read-back of an unchanged
+                // document only makes the engine check it against the
+                // store, never fails what committed.
+                let stored = match self.store.get_document(coll_id, &doc.id).await {
+                    Ok(d) => d,
+                    Err(e) => {
+                        tracing::warn!(error = %e, id = %doc.id, "unchanged document not read back");
+                        change.rebuild = true;
+                        None
+                    }
+                };
                 let chunks = stored.as_ref().map_or(&[][..], |d| &d.chunks[..]);
                 // An unchanged document the engine lacks (an earlier
                 // update of it failed) is repaired from the store.

@@ -25,6 +25,7 @@ pub fn profile() -> BudgetProfile {
         rerank_ms: 100,
         llm_ttft_ms: 1_000,
         llm_generate_ms: 2_000,
+        quote_ms: 40,
         verify_ms: 50,
     }
 }

@@ -47,6 +47,10 @@ pub struct LimitsConfig {
     /// An ingest whose documents' text is larger than this (or that has
     /// more than 1,000 documents) runs as a job: 202 with its id.
     pub job_above_bytes: usize,
+    /// The text one upload's files may expand to, all together, once
+    /// decompressed and read (a `.jsonl.gz` of a few MiB can hold GiB);
+    /// past it the upload is a 413 naming this setting.
+    pub max_upload_expanded_bytes: usize,
 }
 
 impl Default for LimitsConfig {
@@ -66,6 +70,7 @@ impl Default for LimitsConfig {
             max_jobs_per_tenant: 4,
             max_queued_job_bytes: 512 * 1024 * 1024,
             job_above_bytes: 4 * 1024 * 1024,
+            max_upload_expanded_bytes: 256 * 1024 * 1024,
         }
     }
 }
@@ -83,6 +88,12 @@ impl LimitsConfig {
             if v < 1 {
                 return Err(invalid(name, "must be at least 1"));
             }
+        }
+        if self.max_upload_expanded_bytes < 1024 {
+            return Err(invalid(
+                "limits.max_upload_expanded_bytes",
+                "must be at least 1024",
+            ));
         }
         Ok(())
     }

@@ -11,6 +11,13 @@ pub struct ServerConfig {
     pub addr: SocketAddr,
     /// Largest request body accepted, in bytes.
     pub body_limit_bytes: usize,
+    /// Longest an upload's body may take to arrive, in milliseconds: past
+    /// it the request gets 408 and holds nothing (an ingest slot is taken
+    /// only once the body is in).
+    pub body_timeout_ms: u64,
+    /// `/readyz` and `/metrics` answer only a request with the admin key
+    /// or an api key (off: Kubernetes probes send none).
+    pub require_key_for_probes: bool,
     /// How long in-flight requests get to finish on shutdown.
     pub shutdown_grace_s: u64,
 }
@@ -20,6 +27,8 @@ impl Default for ServerConfig {
         Self {
             addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
             body_limit_bytes: 32 * 1024 * 1024,
+            body_timeout_ms: 30_000,
+            require_key_for_probes: false,
             shutdown_grace_s: 10,
         }
     }
@@ -29,6 +38,12 @@ impl ServerConfig {
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
         if self.body_limit_bytes < 1024 {
             return Err(invalid("server.body_limit_bytes", "must be at least 1024"));
+        }
+        if !(1..=3_600_000).contains(&self.body_timeout_ms) {
+            return Err(invalid(
+                "server.body_timeout_ms",
+                "must be between 1 and 3600000",
+            ));
         }
         Ok(())
     }

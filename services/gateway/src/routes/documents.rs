@@ -327,21 +327,16 @@ pub async fn create(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|ct| ct.to_ascii_lowercase().starts_with("multipart/form-data"));
-    // A slot first: an ingest past the limit is refused without keeping
-    // its body (read and dropped as it comes, so the client, still
-    // sending, gets the answer rather than a reset connection).
-    let slot = match state.pipeline()?.ingest_slot() {
-        Ok(slot) => slot,
-        Err(e) => {
-            discard(req, state.config.server.body_limit_bytes).await;
-            return Err(e.into());
-        }
-    };
+    // The body first, under its deadline: a client that sends the headers
+    // and then stalls (or trickles) holds its own connection only, never
+    // an ingest slot others need.
+    let req = read_body(req, &state.config.server).await?;
+    let slot = state.pipeline()?.ingest_slot()?;
     let up = if multipart {
         let form = Multipart::from_request(req, &state).await.map_err(|e| {
             ApiError::invalid("body", format!("bad multipart body: {}", e.body_text()))
         })?;
-        upload(form).await?
+        upload(form, state.config.limits.max_upload_expanded_bytes).await?
     } else {
         let ApiJson(req) = ApiJson::<IngestIn>::from_request(req, &state).await?;
         check_collection(&req.collection, "collection")?;
@@ -357,21 +352,41 @@ pub async fn create(
     ingest(&state, slot, &tenant, up).await
 }
 
-/// Reads a request's body to its end (at most `limit` bytes, for at most
-/// 10 s) without keeping it.
-async fn discard(req: Request, limit: usize) {
-    use futures::StreamExt;
-    let mut body = req.into_body().into_data_stream();
-    let mut read = 0usize;
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), async {
-        while let Some(Ok(chunk)) = body.next().await {
-            read += chunk.len();
-            if read > limit {
-                break;
+/// The request with its body read whole: at most `server.body_limit_bytes`
+/// (413), within `server.body_timeout_ms` (408).
+async fn read_body(
+    req: Request,
+    server: &crate::config::ServerConfig,
+) -> Result<Request, ApiError> {
+    let (parts, body) = req.into_parts();
+    let limit = server.body_limit_bytes;
+    let time = std::time::Duration::from_millis(server.body_timeout_ms);
+    let bytes = match tokio::time::timeout(time, axum::body::to_bytes(body, limit)).await {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(e)) => {
+            use std::error::Error;
+            let mut cause: Option<&dyn Error> = e.source();
+            let mut too_large = false;
+            while let Some(c) = cause {
+                too_large |= c.is::<http_body_util::LengthLimitError>();
+                cause = c.source();
             }
+            return Err(if too_large {
+                let msg = format!("the body is over server.body_limit_bytes ({limit} bytes)");
+                ApiError::new(ErrorCode::PayloadTooLarge, msg).field("body")
+            } else {
+                ApiError::invalid("body", format!("the body could not be read: {e}"))
+            });
         }
-    })
-    .await;
+        Err(_) => {
+            let msg = format!(
+                "the body did not arrive within server.body_timeout_ms ({} ms)",
+                server.body_timeout_ms
+            );
+            return Err(ApiError::new(ErrorCode::RequestTimeout, msg).field("body"));
+        }
+    };
+    Ok(Request::from_parts(parts, axum::body::Body::from(bytes)))
 }
 
 fn not_found(id: &str, collection: &str) -> ApiError {
@@ -487,9 +502,13 @@ async fn parse_off_thread(
     filename: String,
     bytes: Vec<u8>,
     path: &str,
+    max_expanded: usize,
 ) -> Result<ragtime_parse::ParsedFile, ApiError> {
     let name = filename.clone();
-    let read = tokio::task::spawn_blocking(move || ragtime_parse::parse_file(&name, bytes));
+    let read = tokio::task::spawn_blocking(move || {
+        let max = u64::try_from(max_expanded).unwrap_or(u64::MAX);
+        ragtime_parse::parse_file_within(&name, bytes, max, "limits.max_upload_expanded_bytes")
+    });
     match tokio::time::timeout(PARSE_TIME_LIMIT, read).await {
         Err(_) => {
             let msg = format!(
@@ -534,7 +553,7 @@ async fn text_field(field: axum::extract::multipart::Field<'_>) -> Result<String
 /// document), `include` and `exclude` (file name patterns, one a part,
 /// as `ragtime ingest` reads them) and `async` (`true` or `false`) text
 /// parts. Every file is read and checked before anything is written.
-async fn upload(mut form: Multipart) -> Result<Upload, ApiError> {
+async fn upload(mut form: Multipart, max_expanded: usize) -> Result<Upload, ApiError> {
     let mut collection = default_collection();
     let mut run_async = false;
     let mut extra = Map::new();
@@ -574,7 +593,7 @@ async fn upload(mut form: Multipart) -> Result<Upload, ApiError> {
     check_metadata(&extra, "metadata")?;
     let filter = ragtime_parse::FileFilter::new(&include, &exclude)
         .map_err(|e| ApiError::invalid(e.list, e.message))?;
-    let (docs, skipped) = read_files(files, &filter, &extra).await?;
+    let (docs, skipped) = read_files(files, &filter, &extra, max_expanded).await?;
     Ok(Upload {
         collection,
         docs: check_all(docs, "file")?,
@@ -585,11 +604,15 @@ async fn upload(mut form: Multipart) -> Result<Upload, ApiError> {
 
 /// The uploaded files read (those `filter` lets through), each document
 /// with the form field it came from and the form's `metadata` added, and
-/// the files skipped. Skipping every file is an error naming the first.
+/// the files skipped. Skipping every file is an error naming the first;
+/// files whose text comes to more than `max_expanded` bytes in all
+/// (`limits.max_upload_expanded_bytes`, decompressed), a 413 naming the
+/// file that passed it.
 async fn read_files(
     files: Vec<(String, String, Vec<u8>)>,
     filter: &ragtime_parse::FileFilter,
     extra: &Map<String, Value>,
+    max_expanded: usize,
 ) -> Result<(Vec<(String, DocumentIn)>, Vec<SkippedOut>), ApiError> {
     if files.is_empty() {
         return Err(ApiError::invalid("file", "no file was uploaded"));
@@ -597,12 +620,22 @@ async fn read_files(
     let mut skipped = Vec::new();
     let mut paths = Vec::new();
     let mut parsed = Vec::new();
+    let mut expanded = 0usize;
     for (path, filename, bytes) in files {
         if let Some(reason) = filter.refuses(&filename) {
             skipped.push(SkippedOut::new(path, &filename, reason));
             continue;
         }
-        parsed.push(parse_off_thread(filename, bytes, &path).await?);
+        let left = max_expanded.saturating_sub(expanded);
+        let file = parse_off_thread(filename.clone(), bytes, &path, left).await?;
+        expanded += file.text_bytes();
+        if expanded > max_expanded {
+            let msg = format!(
+                "{filename}: the upload's files expand to more than limits.max_upload_expanded_bytes ({max_expanded} bytes)"
+            );
+            return Err(ApiError::new(ErrorCode::PayloadTooLarge, msg).field(&path));
+        }
+        parsed.push(file);
         paths.push(path);
     }
     // Read together, so lines repeated on most pages (chrome) are dropped

@@ -76,7 +76,9 @@ struct StandbyCheck {
 
 #[derive(Serialize)]
 struct LlmCheck {
-    base_url: String,
+    /// Shown to the admin only: where the backend is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    base_url: Option<String>,
     models: Vec<String>,
     /// Every backend's breaker and queue.
     backends: Vec<ragtime_pipeline::backend::BackendStatus>,
@@ -119,8 +121,17 @@ pub struct Ready {
 #[utoipa::path(get, path = "/readyz", tag = "health",
     responses((status = 200, description = "Ready", body = Ready),
         (status = 503, description = "Not ready: the failing check is named", body = Ready)))]
-pub async fn readyz(State(state): State<Arc<AppState>>) -> impl IntoResponse {
-    let (store, llm) = tokio::join!(store_check(&state), llm_check(&state));
+pub async fn readyz(
+    State(state): State<Arc<AppState>>,
+    probe: crate::auth::Probe,
+) -> impl IntoResponse {
+    let (store, llm) = tokio::join!(store_check(&state), llm_check(&state, probe.admin));
+    // Where the backend is, only for the admin: an error naming its URL
+    // names the setting instead.
+    let llm = llm.map_err(|e| match probe.admin {
+        true => e,
+        false => e.replace(state.llm.base_url(), "llm.base_url"),
+    });
     let checks = Checks {
         embed: embed_check(&state).into(),
         index: index_check(&state).into(),
@@ -182,7 +193,7 @@ async fn store_check(state: &AppState) -> Result<StoreCheck, String> {
 
 /// Ready when the first backend answers, or any backend's breaker is
 /// closed (the others may be down: requests avoid them).
-async fn llm_check(state: &AppState) -> Result<LlmCheck, String> {
+async fn llm_check(state: &AppState, admin: bool) -> Result<LlmCheck, String> {
     let checked = state.llm.check(Duration::from_secs(1)).await;
     if checked.is_ok() {
         // As good as a probe: a breaker the probes opened while the
@@ -202,7 +213,7 @@ async fn llm_check(state: &AppState) -> Result<LlmCheck, String> {
         }
     };
     Ok(LlmCheck {
-        base_url: state.llm.base_url().to_owned(),
+        base_url: admin.then(|| state.llm.base_url().to_owned()),
         models,
         backends,
     })

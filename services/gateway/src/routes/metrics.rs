@@ -13,7 +13,7 @@ use std::sync::Arc;
 /// Metrics in the OpenMetrics text format.
 #[utoipa::path(get, path = "/metrics", tag = "health",
     responses((status = 200, description = "OpenMetrics text", content_type = "application/openmetrics-text", body = String)))]
-pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+pub async fn metrics(State(state): State<Arc<AppState>>, _probe: crate::auth::Probe) -> Response {
     let b = state.budgets.global();
     for s in Stage::ALL {
         state.metrics.set_budget(Some(s), b.stage_ms(s));

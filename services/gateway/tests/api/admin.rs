@@ -234,7 +234,7 @@ async fn advice_fits_the_target_from_live_latencies_and_can_be_applied() {
     assert_eq!(r.status(), 200);
     let adv: Value = r.json().await.expect("json");
     let stages = adv["proposed"].as_object().cloned().unwrap_or_default();
-    assert_eq!(stages.len(), 7, "{adv}");
+    assert_eq!(stages.len(), ragtime_core::Stage::ALL.len(), "{adv}");
     let sum: u64 = stages.values().filter_map(Value::as_u64).sum();
     assert!(sum <= 3000, "{adv}");
     assert_eq!(adv["fits"], true, "generation takes ~70 ms: {adv}");

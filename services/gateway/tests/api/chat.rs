@@ -12,6 +12,15 @@ const TOTAL_MS: u64 = 3000;
 /// The app on `fake`, with three documents; `real`: embed with the model
 /// (the semantic cache's paraphrases need it).
 async fn app_with(fake: &FakeLlm, real: bool) -> TestApp {
+    app_tuned(fake, real, |_| {}).await
+}
+
+/// As [`app_with`], with `tweak` applied to the configuration last.
+async fn app_tuned(
+    fake: &FakeLlm,
+    real: bool,
+    tweak: impl FnOnce(&mut ragtime_gateway::Config) + Send + 'static,
+) -> TestApp {
     let b = TestApp::builder().llm(fake).config(|c| {
         c.budgets.total_ms = TOTAL_MS;
         c.budgets.cache_ms = 20;
@@ -24,6 +33,7 @@ async fn app_with(fake: &FakeLlm, real: bool) -> TestApp {
         // not enough on two busy cores, and these tests read its verdict.
         c.budgets.verify_ms = 300;
     });
+    let b = b.config(tweak);
     let app = if real { b.real_embeddings() } else { b }.spawn().await;
     app.ingest(json!({"documents": [
         {"id": "mito", "title": "Mitochondria", "text": "Mitochondria produce ATP for the cell through oxidative phosphorylation. They have their own DNA."},
@@ -642,6 +652,16 @@ async fn a_small_budget_still_searches_and_a_cut_budget_is_said() {
     assert!((90..=100).contains(&budget_of(&b, "retrieve")), "{b}");
     assert_eq!(outcome(&b, "retrieve"), "ok", "{b}");
     assert_eq!(cited(&b).first().map(String::as_str), Some("mito"), "{b}");
+    // No time was left for the model: it was not asked, and the answer
+    // says so (partial at llm_ttft, given as extractive).
+    assert!(fake.seen().is_empty(), "the model was asked");
+    assert_eq!(b["partial"], true, "{b}");
+    assert_eq!(b["partial_reason"], "llm_ttft", "{b}");
+    assert_eq!(b["answer"], "extractive", "{b}");
+    let text = b["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("not asked"), "{text}");
 
     let mut q = ask("What do mitochondria produce for the cell?");
     q["budget_ms"] = json!(60_000);
@@ -682,5 +702,77 @@ async fn an_empty_or_missing_collection_is_named() {
     let (s, code, _, body) = error_of(app.post_json("/v1/chat/completions", q).await).await;
     assert_eq!((s, code.as_str()), (404, "not_found"), "{body}");
     assert!(body.to_string().contains("nope"), "{body}");
+    app.shutdown().await.expect("shutdown");
+}
+
+/// A backend whose first token always takes 450 ms of the 600 ms
+/// allotment: its learned prefill rate soon leaves room for no passage.
+/// No answer comes from the model without its sources, and the report
+/// says how many were sent; a grounding check that could not finish
+/// makes the answer partial.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_prefill_never_sends_the_model_a_prompt_without_sources() {
+    let fake = FakeLlm::start(Behaviour::SlowFirstToken {
+        delay: Duration::from_millis(450),
+        tokens: 3,
+    })
+    .await;
+    // Each turn asks the model (no cached answer).
+    let app = app_tuned(&fake, false, |c| c.cache.enabled = false).await;
+    let mut over = 0;
+    for _ in 0..6 {
+        let mut q = ask("What do mitochondria produce for the cell?");
+        q["answer"] = json!("generate");
+        let (b, _) = chat(&app, q).await;
+        let sent = b["budget"]["prompt"]["passages_sent"].as_u64();
+        assert!(sent.is_some_and(|n| n >= 1), "{b}");
+        if b["answer"] == "generate" {
+            assert!(!cited(&b).is_empty(), "a model answer with no sources: {b}");
+        }
+        over += usize::from(b["budget"]["prompt"]["over_allotment"] == true);
+    }
+    assert!(over > 0, "the allotment never came to hold no passage");
+    for seen in fake.seen() {
+        let system = seen.body["messages"][0]["content"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            system.contains("[1] "),
+            "a prompt without sources: {system}"
+        );
+    }
+    app.shutdown().await.expect("shutdown");
+}
+
+/// The grounding check with 1 ms cannot finish: the answer is partial at
+/// `verify`, not a silent `grounding: null`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grounding_check_that_overran_is_said() {
+    let fake = FakeLlm::start(Behaviour::Answer {
+        tokens: 6,
+        gap: Duration::from_millis(1),
+    })
+    .await;
+    let app = TestApp::builder()
+        .llm(&fake)
+        .slow_embeddings(Duration::from_millis(20))
+        .config(|c| {
+            c.budgets.verify_ms = 5;
+            c.cache.enabled = false;
+        })
+        .spawn()
+        .await;
+    app.ingest(json!({"documents": [
+        {"id": "mito", "title": "Mitochondria", "text": "Mitochondria produce ATP for the cell through oxidative phosphorylation."},
+    ]}))
+    .await;
+    let mut q = ask("What do mitochondria produce?");
+    q["answer"] = json!("generate");
+    let (b, _) = chat(&app, q).await;
+    assert_eq!(b["answer"], "generate", "{b}");
+    assert!(b["grounding"].is_null(), "{b}");
+    assert_ne!(outcome(&b, "verify"), "ok", "{b}");
+    assert_eq!(b["partial"], true, "{b}");
+    assert_eq!(b["partial_reason"], "verify", "{b}");
     app.shutdown().await.expect("shutdown");
 }

@@ -21,6 +21,10 @@ pub enum Behaviour {
     StallBeforeFirstToken,
     /// Streams `tokens` tokens, then sends nothing for a minute.
     StallAfter { tokens: usize },
+    /// Streams `tokens` tokens, the first after `delay` (a backend whose
+    /// prefill looks slow, whatever the prompt's length).
+    #[allow(dead_code)]
+    SlowFirstToken { delay: Duration, tokens: usize },
     /// Answers 500.
     Fail,
     /// Stalls before the first token when the request mentions `marker`,
@@ -104,6 +108,21 @@ fn token_frame(i: usize) -> Bytes {
     Bytes::from(format!("data: {v}\n\n"))
 }
 
+/// The characters of a request's messages.
+fn body_chars(body: &str) -> usize {
+    serde_json::from_str::<Value>(body)
+        .ok()
+        .and_then(|v| {
+            v["messages"].as_array().map(|m| {
+                m.iter()
+                    .filter_map(|m| m["content"].as_str())
+                    .map(str::len)
+                    .sum()
+            })
+        })
+        .unwrap_or(0)
+}
+
 async fn completions(
     State(inner): State<Arc<Inner>>,
     headers: HeaderMap,
@@ -117,6 +136,8 @@ async fn completions(
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned),
     });
+    // About four characters a token, as the usage a backend reports.
+    let prompt_tokens = body_chars(&text) / 4;
     let behaviour = match inner.behaviour {
         Behaviour::StallWhenAsked { marker, tokens } => {
             if text.contains(marker) {
@@ -159,6 +180,19 @@ async fn completions(
                 }
                 let end = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]});
                 let usage = json!({"choices": [], "usage": {"prompt_tokens": 100, "completion_tokens": tokens}});
+                let _ = tx.send(Ok(Bytes::from(format!("data: {end}\n\n")))).await;
+                let _ = tx.send(Ok(Bytes::from(format!("data: {usage}\n\n")))).await;
+                let _ = tx.send(Ok(Bytes::from_static(b"data: [DONE]\n\n"))).await;
+            }
+            Behaviour::SlowFirstToken { delay, tokens } => {
+                tokio::time::sleep(delay).await;
+                for i in 0..tokens {
+                    if tx.send(Ok(token_frame(i))).await.is_err() {
+                        return;
+                    }
+                }
+                let end = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]});
+                let usage = json!({"choices": [], "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": tokens}});
                 let _ = tx.send(Ok(Bytes::from(format!("data: {end}\n\n")))).await;
                 let _ = tx.send(Ok(Bytes::from(format!("data: {usage}\n\n")))).await;
                 let _ = tx.send(Ok(Bytes::from_static(b"data: [DONE]\n\n"))).await;

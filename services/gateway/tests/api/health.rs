@@ -49,15 +49,24 @@ async fn readyz_is_503_and_names_the_llm_when_the_backend_is_unreachable() {
         .expect("port");
     let app = TestApp::builder()
         .llm_url(format!("http://127.0.0.1:{port}/v1"))
+        .admin()
         .not_ready()
         .spawn()
         .await;
+    // Anonymous callers are not told where the backend is.
+    let anonymous: serde_json::Value = app.get("/readyz").await.json().await.expect("json");
+    let said = anonymous["checks"]["llm"]["error"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(!said.contains(&port.to_string()), "{anonymous}");
+    assert!(said.contains("llm.base_url"), "{anonymous}");
     // Give the embedder time to load so only the LLM is missing.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
         let r = app
             .http
             .get(app.url("/readyz"))
+            .bearer_auth(crate::helpers::ADMIN_KEY)
             .send()
             .await
             .expect("readyz");
@@ -129,4 +138,57 @@ async fn the_api_describes_itself() {
     assert_eq!(page.status(), 200);
     let html = page.text().await.expect("html");
     assert!(html.contains("/openapi.json") && html.contains("<script>"));
+}
+
+/// With `server.require_key_for_probes`, `/readyz` and `/metrics` answer
+/// only a key; without it they answer anyone, the backend's URL to the
+/// admin only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_can_require_a_key_and_hide_the_backend_from_anonymous_callers() {
+    use crate::helpers::ADMIN_KEY;
+    let app = TestApp::builder().admin().spawn().await;
+    let anonymous: serde_json::Value = app.get("/readyz").await.json().await.expect("json");
+    assert_eq!(anonymous["checks"]["llm"]["ok"], true, "{anonymous}");
+    assert!(
+        anonymous["checks"]["llm"].get("base_url").is_none(),
+        "{anonymous}"
+    );
+    let r = app
+        .http
+        .get(app.url("/readyz"))
+        .bearer_auth(ADMIN_KEY)
+        .send()
+        .await
+        .expect("readyz");
+    let admin: serde_json::Value = r.json().await.expect("json");
+    assert!(admin["checks"]["llm"]["base_url"].is_string(), "{admin}");
+    app.shutdown().await.expect("shutdown");
+
+    let app = TestApp::builder()
+        .admin()
+        .config(|c| c.server.require_key_for_probes = true)
+        .not_ready()
+        .spawn()
+        .await;
+    for path in ["/readyz", "/metrics"] {
+        let r = app.get(path).await;
+        assert_eq!(r.status(), 401, "{path}");
+        let r = app
+            .http
+            .get(app.url(path))
+            .bearer_auth(ADMIN_KEY)
+            .send()
+            .await
+            .expect("probe");
+        assert_ne!(r.status(), 401, "{path}");
+        let r = app
+            .http
+            .get(app.url(path))
+            .bearer_auth("rk_nope_nope")
+            .send()
+            .await
+            .expect("probe");
+        assert_eq!(r.status(), 401, "{path}: an unknown key");
+    }
+    app.shutdown().await.expect("shutdown");
 }

@@ -4,8 +4,20 @@ use std::time::Duration;
 /// Shutdown drains, stops the supervised llama-server and returns cleanly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graceful_shutdown_stops_the_server_and_the_local_llm() {
-    let app = TestApp::builder().local_llm().not_ready().spawn().await;
-    let ready = app.wait_ready().await;
+    let app = TestApp::builder()
+        .local_llm()
+        .admin()
+        .not_ready()
+        .spawn()
+        .await;
+    app.wait_ready().await;
+    // Where the backend is: the admin's to read.
+    let ready: serde_json::Value = app
+        .admin(reqwest::Method::GET, "/readyz", None)
+        .await
+        .json()
+        .await
+        .expect("readyz");
     let llm = ready["checks"]["llm"]["base_url"]
         .as_str()
         .unwrap_or_default()

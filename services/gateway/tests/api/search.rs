@@ -341,3 +341,29 @@ async fn needs_pgvector_a_search_the_database_cannot_finish_in_time_degrades_and
     assert_eq!(whole["partial"], false, "{whole}");
     assert_eq!(ids(&whole)[0], "mito");
 }
+
+/// A filter too deep, too long or with too many values is a 422 naming
+/// `filter` and the bound, before any search runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filter_past_its_bounds_is_refused_naming_the_bound() {
+    let app = TestApp::spawn().await;
+    let mut deep = json!({"team": "a"});
+    for _ in 0..40 {
+        deep = json!({"$not": deep});
+    }
+    let many: Vec<u64> = (0..100_001).collect();
+    for (filter, says) in [
+        (deep, "32 levels"),
+        (json!({"id": {"$in": many}}), "100000 values"),
+    ] {
+        let r = app
+            .post_json("/v1/search", json!({"query": "q", "filter": filter}))
+            .await;
+        let (status, code, field, body) = error_of(r).await;
+        assert_eq!((status, code.as_str()), (422, "invalid_request"), "{body}");
+        assert_eq!(field.as_deref(), Some("filter"), "{body}");
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(says), "{body}");
+    }
+    app.shutdown().await.expect("shutdown");
+}

@@ -396,7 +396,7 @@ async fn a_tenant_can_have_budgets_of_its_own() {
     let (s, b) = json_of(
         admin(
             M::PUT,
-            Some(json!({"total_ms": 14800, "stages": {"embed": 0}})),
+            Some(json!({"total_ms": 14850, "stages": {"embed": 0}})),
         )
         .await
         .expect("put"),
@@ -409,7 +409,7 @@ async fn a_tenant_can_have_budgets_of_its_own() {
     );
     assert_eq!(
         embed_of(acme.clone(), None).await,
-        ("fallback".into(), 14800)
+        ("fallback".into(), 14850)
     );
     assert_eq!(
         embed_of(globex.clone(), None).await,
@@ -417,7 +417,7 @@ async fn a_tenant_can_have_budgets_of_its_own() {
         "other tenants keep the global budgets"
     );
     // A request's own budget_ms still only tightens.
-    assert_eq!(embed_of(acme.clone(), Some(60_000)).await.1, 14800);
+    assert_eq!(embed_of(acme.clone(), Some(60_000)).await.1, 14850);
     assert_eq!(embed_of(acme.clone(), Some(3000)).await.1, 3000);
     // Refused overrides name the field; the override stays as it was.
     let (s, e) = json_of(

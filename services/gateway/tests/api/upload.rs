@@ -96,6 +96,43 @@ async fn uploads_that_expand_past_the_limits_are_refused_naming_the_file() {
     }
 }
 
+/// Many compressed parts, each under the per-file bound, are bounded all
+/// together: the part that passes `limits.max_upload_expanded_bytes` is a
+/// 413 naming it and the setting, and nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_s_files_are_bounded_all_together_once_decompressed() {
+    let app = TestApp::builder()
+        .config(|c| c.limits.max_upload_expanded_bytes = 1024 * 1024)
+        .spawn()
+        .await;
+    let part = |i: usize| {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        for j in 0..6000 {
+            let line = format!(
+                "{{\"_id\": \"d{i}-{j}\", \"text\": \"{}\"}}\n",
+                "w".repeat(120)
+            );
+            gz.write_all(line.as_bytes()).expect("gzip");
+        }
+        gz.finish().expect("gzip")
+    };
+    let mut form = Form::new();
+    for i in 0..4 {
+        form = form.part("file", file(&format!("part{i}.jsonl.gz"), part(i)));
+    }
+    let (s, code, field, body) = error_of(upload(&app, form).await).await;
+    assert_eq!((s, code.as_str()), (413, "payload_too_large"), "{body}");
+    assert_eq!(field.as_deref(), Some("file[1]"), "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("part1.jsonl.gz") && message.contains("limits.max_upload_expanded_bytes"),
+        "{body}"
+    );
+    let r = app.get("/v1/documents/d0-0").await;
+    assert_eq!(r.status(), 404, "written");
+    app.shutdown().await.expect("shutdown");
+}
+
 async fn search_ids(app: &TestApp, body: Value) -> Vec<String> {
     ids(&app.search(body).await)
 }
@@ -460,6 +497,15 @@ async fn same_named_files_in_two_folders_stay_two_documents() {
         ("docs/b/README.md", "# B\nBeta explains the second module."),
         ("docs/.git/HEAD.md", "# hidden\nnot a document"),
         ("docs/b/logo.png", "not text"),
+        (
+            "docs/fonts/OPEN-SANS-LICENSE.txt",
+            "Apache License, Version 2.0",
+        ),
+        (
+            "docs/toc.html",
+            "<html><body><ol><li>A</li><li>B</li></ol></body></html>",
+        ),
+        ("pictures/logo.png", "not text"),
     ] {
         let p = dir.path().join(path);
         std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
@@ -468,19 +514,36 @@ async fn same_named_files_in_two_folders_stay_two_documents() {
     // Run from another folder with no data_dir set: the default store is
     // the user's (`$XDG_DATA_HOME/ragtime`), not the working folder's, and
     // the command says which store it wrote to.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ragtime"))
-        .args(["ingest", "--collection", "site", "docs"])
-        .current_dir(dir.path())
-        .env("XDG_DATA_HOME", data.path())
-        .env_remove("RAGTIME__DATA_DIR")
-        .env_remove("RAGTIME__DATABASE_URL")
-        .output()
-        .expect("run ragtime ingest");
+    let ingest = |folder: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_ragtime"))
+            .args(["ingest", "--collection", "site", folder])
+            .current_dir(dir.path())
+            .env("XDG_DATA_HOME", data.path())
+            .env_remove("RAGTIME__DATA_DIR")
+            .env_remove("RAGTIME__DATABASE_URL")
+            .output()
+            .expect("run ragtime ingest")
+    };
+    let out = ingest("docs");
     let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // A licence and a table of contents are passed over, and named.
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        stderr.contains("skipped fonts/OPEN-SANS-LICENSE.txt: a licence file"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("skipped toc.html: a table of contents"),
+        "{stderr}"
+    );
+    // A folder with nothing ragtime reads names what it found.
+    let none = ingest("pictures");
+    let said = String::from_utf8_lossy(&none.stderr);
+    assert!(!none.status.success());
+    assert!(
+        said.contains("found .png") && said.contains(".rs") && said.contains(".html"),
+        "{said}"
     );
     let store = data.path().join("ragtime");
     assert!(
@@ -500,7 +563,8 @@ async fn same_named_files_in_two_folders_stay_two_documents() {
         .spawn()
         .await;
     app.wait_ready().await;
-    for id in ["docs/a/README.md", "docs/b/README.md"] {
+    // Ids are the paths from the folder given, not from where it ran.
+    for id in ["a/README.md", "b/README.md"] {
         let r = app
             .http
             .get(app.url(&format!(
@@ -625,8 +689,8 @@ async fn an_ingest_past_the_concurrent_limit_is_refused_and_writes_nothing() {
         })
     };
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    // Refused before its body is kept, yet answered (not reset) while a
-    // large body is still being sent.
+    // Refused once its body is in (a body that never comes holds no
+    // slot: `a_stalled_body_holds_no_ingest_slot`).
     let padding = "Dust and ice. ".repeat(100_000);
     let r = app
         .post_json(
@@ -778,5 +842,54 @@ async fn a_folder_uploaded_whole_skips_its_print_page_stubs_and_excluded_files()
     let (s, _, f, body) = error_of(upload(&app, form).await).await;
     assert_eq!((s, f.as_deref()), (422, Some("file[0]")), "{body}");
     assert!(body.to_string().contains("only redirects"), "{body}");
+    app.shutdown().await.expect("shutdown");
+}
+
+/// Eight connections send the headers of an upload and then nothing: they
+/// hold no ingest slot (an honest one-line ingest goes in at once), and
+/// each gets 408 naming the setting once `server.body_timeout_ms` passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_body_holds_no_ingest_slot() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let app = TestApp::builder()
+        .config(|c| {
+            c.limits.max_concurrent_ingests = 2;
+            c.server.body_timeout_ms = 1500;
+        })
+        .spawn()
+        .await;
+    let addr = app.base.trim_start_matches("http://").to_owned();
+    let mut stalled = Vec::new();
+    for _ in 0..8 {
+        let mut tcp = tokio::net::TcpStream::connect(&addr)
+            .await
+            .expect("connect");
+        let head = "POST /v1/documents HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100000\r\n\r\n{\"documents\": [";
+        tcp.write_all(head.as_bytes()).await.expect("headers");
+        stalled.push(tcp);
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let started = std::time::Instant::now();
+    let r = app
+        .post_json(
+            "/v1/documents",
+            json!({"documents": [{"id": "honest", "text": "Comets have tails."}]}),
+        )
+        .await;
+    assert_eq!(r.status(), 200, "{:?}", r.text().await);
+    assert!(started.elapsed() < std::time::Duration::from_millis(1200));
+    for mut tcp in stalled {
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            tcp.read_to_end(&mut answer),
+        )
+        .await;
+        assert!(read.is_ok(), "no answer to a stalled body");
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        assert!(answer.contains("server.body_timeout_ms"), "{answer}");
+        assert!(answer.contains("\"request_timeout\""), "{answer}");
+    }
     app.shutdown().await.expect("shutdown");
 }
