@@ -344,6 +344,11 @@ impl Store {
             if let Some(step) = job {
                 let count = |u: Upsert| receipts.iter().filter(|r| r.upsert == u).count() as i64;
                 let (created, replaced) = (count(Upsert::Created), count(Upsert::Replaced));
+                let written: usize = receipts
+                    .iter()
+                    .filter(|r| r.upsert != Upsert::Unchanged)
+                    .map(|r| r.chunk_ids.len())
+                    .sum();
                 sqlx::query(crate::jobs::ADD_STEP)
                     .bind(step.documents)
                     .bind(step.chunks)
@@ -351,6 +356,7 @@ impl Store {
                     .bind(replaced)
                     .bind(step.documents - created - replaced)
                     .bind(now_ms())
+                    .bind(written as i64)
                     .bind(&step.id)
                     .execute(&mut *tx)
                     .await?;

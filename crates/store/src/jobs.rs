@@ -78,6 +78,9 @@ pub struct JobRecord {
     pub chunks_total: i64,
     pub documents_done: i64,
     pub chunks_done: i64,
+    /// Of `chunks_done`, those of documents created or replaced (the rest
+    /// are unchanged documents').
+    pub chunks_written: i64,
     pub created: i64,
     pub replaced: i64,
     pub unchanged: i64,
@@ -100,8 +103,8 @@ pub struct JobStep {
 }
 
 const COLUMNS: &str = "id, tenant, collection, status, cancel_requested, documents_total, chunks_total, \
-     documents_done, chunks_done, created, replaced, unchanged, error, created_ms, started_ms, \
-     heartbeat_ms, finished_ms";
+     documents_done, chunks_done, chunks_written, created, replaced, unchanged, error, created_ms, \
+     started_ms, heartbeat_ms, finished_ms";
 
 #[derive(sqlx::FromRow)]
 struct Row {
@@ -114,6 +117,7 @@ struct Row {
     chunks_total: i64,
     documents_done: i64,
     chunks_done: i64,
+    chunks_written: i64,
     created: i64,
     replaced: i64,
     unchanged: i64,
@@ -139,6 +143,7 @@ fn record(r: Row, now: i64) -> JobRecord {
         chunks_total: r.chunks_total,
         documents_done: r.documents_done,
         chunks_done: r.chunks_done,
+        chunks_written: r.chunks_written,
         created: r.created,
         replaced: r.replaced,
         unchanged: r.unchanged,
@@ -248,7 +253,9 @@ impl Store {
 
 /// Adds a batch's counts to its job ([`JobStep`]), inside the batch's
 /// transaction; binds documents, chunks, created, replaced, unchanged, the
-/// time and the job's id.
+/// time, the chunks of the documents written and the job's id (in the
+/// order they appear: SQLite numbers `$N` by appearance).
 pub(crate) const ADD_STEP: &str = "UPDATE jobs SET documents_done = documents_done + $1, \
      chunks_done = chunks_done + $2, created = created + $3, replaced = replaced + $4, \
-     unchanged = unchanged + $5, heartbeat_ms = $6 WHERE id = $7";
+     unchanged = unchanged + $5, heartbeat_ms = $6, chunks_written = chunks_written + $7 \
+     WHERE id = $8";

@@ -352,9 +352,11 @@ pub async fn ingest_remote(
         .iter()
         .map(|j| j["chunks"]["done"].as_u64().unwrap_or(0))
         .sum();
+    let written = count("chunks_written");
+    let kept = chunks.saturating_sub(written);
     let secs = t0.elapsed().as_secs_f64();
     println!(
-        "{} documents into {collection:?} on {server} ({} created, {} replaced, {} unchanged; {chunks} chunks) in {secs:.1} s",
+        "{} documents into {collection:?} on {server} ({} created, {} replaced, {} unchanged; {written} chunks embedded, {kept} unchanged) in {secs:.1} s",
         states
             .iter()
             .map(|j| j["documents"]["done"].as_u64().unwrap_or(0))

@@ -36,6 +36,9 @@ pub struct JobOut {
     documents: Progress,
     /// Their chunks, of all the job's chunks.
     chunks: Progress,
+    /// Of the chunks done, those of documents created or replaced (the
+    /// rest are unchanged documents', not embedded again).
+    chunks_written: i64,
     /// Of the documents done: new, replacing a stored one, or the same as
     /// the stored one (nothing written).
     created: i64,
@@ -80,6 +83,7 @@ impl From<JobRecord> for JobOut {
                 done: j.chunks_done,
                 total: j.chunks_total,
             },
+            chunks_written: j.chunks_written,
             created: j.created,
             replaced: j.replaced,
             unchanged: j.unchanged,

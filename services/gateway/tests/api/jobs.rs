@@ -683,7 +683,8 @@ async fn ragtime_ingest_with_a_server_sends_jobs_and_follows_them_to_the_end() {
     );
     assert!(
         stdout.contains("40 documents into \"pottery\"")
-            && stdout.contains("(40 created, 0 replaced, 0 unchanged"),
+            && stdout
+                .contains("(40 created, 0 replaced, 0 unchanged; 40 chunks embedded, 0 unchanged)"),
         "{stdout}"
     );
     let found = app
@@ -700,7 +701,8 @@ async fn ragtime_ingest_with_a_server_sends_jobs_and_follows_them_to_the_end() {
     let bare = server.trim_start_matches("http://");
     let out = ragtime(args(bare), elsewhere.path().to_owned()).await;
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("(0 created, 0 replaced, 40 unchanged"),
+        String::from_utf8_lossy(&out.stdout)
+            .contains("(0 created, 0 replaced, 40 unchanged; 0 chunks embedded, 40 unchanged)"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
