@@ -97,16 +97,24 @@ impl Pipeline {
             return Err(busy("every job slot (limits.max_jobs)"));
         }
         let bytes: usize = docs.iter().map(|d| d.text.len() + d.title.len()).sum();
-        // Counted first, so progress has a total (chunking is a small
-        // part of the work; embedding is the rest).
+        // Let in (or refused) before any CPU work: a flood of uploads past
+        // the limits costs no tokenizing.
+        let (id, stopped) = self.admit_job(tenant, bytes)?;
+        // Counted next, so progress has a total (chunking is a small part
+        // of the work; embedding is the rest).
         let me = self.clone();
-        let (docs, counts) = tokio::task::spawn_blocking(move || {
+        let counted = tokio::task::spawn_blocking(move || {
             let counts: Vec<usize> = docs.iter().map(|d| me.corpus.count_chunks(d)).collect();
             (docs, counts)
         })
-        .await
-        .map_err(internal)?;
-        let (id, stopped) = self.admit_job(tenant, bytes)?;
+        .await;
+        let (docs, counts) = match counted {
+            Ok(c) => c,
+            Err(e) => {
+                self.jobs.remove(&id);
+                return Err(internal(e));
+            }
+        };
         // The collection is taken now (once the job is let in), made if
         // missing, as a direct ingest would: removed while the job waits or
         // runs, the job fails naming it rather than making it again.

@@ -409,7 +409,17 @@ impl Resident {
             return Ok(None);
         };
         let started = Instant::now();
-        match self.open_snapshot(&dir, &meta).await {
+        // A snapshot opens only for the collection it was saved for (one
+        // copied or restored into another's folder is not that one's).
+        let opened = if meta.collection_id == coll_id {
+            self.open_snapshot(&dir, &meta).await
+        } else {
+            Err(SnapshotFault::Untrusted(format!(
+                "saved for collection {}, not {coll_id}",
+                meta.collection_id
+            )))
+        };
+        match opened {
             Ok(Some((idx, replayed))) => {
                 self.snapshots
                     .loads

@@ -96,6 +96,7 @@ async fn needs_chromium_an_admin_signs_in_changes_a_budget_and_it_is_applied() {
             "rerank",
             "llm_ttft",
             "llm_generate",
+            "quote",
             "verify"
         ])
     );

@@ -142,3 +142,60 @@ async fn the_next_start_loads_the_saved_indexes_and_the_writes_after_them() {
     let basalt = b.search(search("volcanoes basalt islands")).await;
     assert!(!ids(&basalt).contains(&"volcano".to_owned()), "{basalt}");
 }
+
+/// A snapshot opens only for the collection it was saved for: two
+/// collections' snapshot folders swapped (a restore into the wrong place)
+/// are both refused, and each collection is loaded from the store with
+/// its own documents.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_opens_only_for_the_collection_it_was_saved_for() {
+    let a = app().spawn().await;
+    for (collection, id, text) in [
+        (
+            "rocks",
+            "granite",
+            "Granite cools slowly from magma deep underground.",
+        ),
+        (
+            "birds",
+            "swift",
+            "Swifts sleep and eat while flying for months.",
+        ),
+    ] {
+        a.ingest(json!({"collection": collection, "documents": [{"id": id, "text": text}]}))
+            .await;
+    }
+    let t = Instant::now();
+    while records(a.data_dir()).len() < 2 {
+        assert!(t.elapsed() < Duration::from_secs(20), "no snapshots saved");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let data = a.shutdown_keep_data().await;
+    let folders: Vec<PathBuf> = records(data.path())
+        .iter()
+        .filter_map(|r| r.parent().and_then(Path::parent).map(Path::to_owned))
+        .collect();
+    assert_eq!(folders.len(), 2, "{folders:?}");
+    let aside = data.path().join("indexes/aside");
+    std::fs::rename(&folders[0], &aside).expect("move");
+    std::fs::rename(&folders[1], &folders[0]).expect("move");
+    std::fs::rename(&aside, &folders[1]).expect("move");
+
+    let b = app().data_dir(data.path()).spawn().await;
+    let search =
+        |c: &str, q: &str| json!({"collection": c, "query": q, "top_k": 5, "mode": "lexical"});
+    assert_eq!(
+        ids(&b.search(search("rocks", "granite magma")).await),
+        ["granite"]
+    );
+    assert_eq!(
+        ids(&b.search(search("birds", "swifts flying")).await),
+        ["swift"]
+    );
+    assert_eq!(
+        loaded_from_snapshots(&b).await,
+        0,
+        "a swapped snapshot was opened"
+    );
+    b.shutdown().await.expect("shutdown");
+}
