@@ -255,11 +255,8 @@ impl Application {
         tracing::info!(%addr, "ragtime listening");
         let grace = Duration::from_secs(self.state.config.server.shutdown_grace_s);
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        // No Nagle: streamed tokens leave as soon as they are written.
-        let listener = axum::serve::ListenerExt::tap_io(self.listener, |tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
-        let serve = axum::serve(listener, self.router).with_graceful_shutdown(async move {
+        let headers = Duration::from_millis(self.state.config.server.header_timeout_ms);
+        let serve = serve(self.listener, self.router, headers, async move {
             signal.await;
             let _ = tx.send(());
         });
@@ -549,4 +546,48 @@ async fn expire_conversations(store: ragtime_store::Store, days: u32) {
             Err(e) => tracing::warn!(error = %e, "removing expired conversation messages failed"),
         }
     }
+}
+
+/// Serves `router` on `listener` until `signal`, then waits for the open
+/// connections to finish (the caller bounds how long). hyper's own
+/// connection loop rather than `axum::serve`, which installs no timer, so
+/// hyper's `header_read_timeout` never held: a client trickling its
+/// headers kept its connection for ever. No Nagle: streamed tokens leave
+/// as soon as they are written.
+async fn serve(
+    listener: TcpListener,
+    router: axum::Router,
+    header_timeout: Duration,
+    signal: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut signal = std::pin::pin!(signal);
+    loop {
+        let tcp = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _)) => tcp,
+                Err(e) => {
+                    // Out of file descriptors, say: wait, then go on.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut signal => break,
+        };
+        let _ = tcp.set_nodelay(true);
+        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        let conn = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(header_timeout)
+            .serve_connection(TokioIo::new(tcp), service);
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
 }

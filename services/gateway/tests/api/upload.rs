@@ -893,3 +893,31 @@ async fn a_stalled_body_holds_no_ingest_slot() {
     }
     app.shutdown().await.expect("shutdown");
 }
+
+/// A client that trickles its headers is cut off once
+/// `server.header_timeout_ms` passes: its connection is closed, and the
+/// server goes on answering others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headers_that_never_end_close_their_connection() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let app = TestApp::builder()
+        .config(|c| c.server.header_timeout_ms = 500)
+        .spawn()
+        .await;
+    let addr = app.base.trim_start_matches("http://").to_owned();
+    let mut tcp = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
+    tcp.write_all(b"POST /v1/documents HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .expect("part of the headers");
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        tcp.read_to_end(&mut rest),
+    )
+    .await;
+    assert!(closed.is_ok(), "the connection stayed open");
+    assert_eq!(app.get("/healthz").await.status(), 200);
+    app.shutdown().await.expect("shutdown");
+}
