@@ -95,12 +95,15 @@ async fn api_key_tenant(state: &AppState, sent: &str) -> Result<Tenant, ApiError
         .strip_prefix("rk_")
         .and_then(|rest| rest.split_once('_'))
         .ok_or_else(unknown)?;
-    let rec = state
-        .store
-        .api_key(id)
-        .await
-        .map_err(ApiError::internal)?
-        .ok_or_else(unknown)?;
+    let rec = match state.keys.get(id) {
+        Some(known) => known,
+        None => {
+            let found = state.store.api_key(id).await.map_err(ApiError::internal)?;
+            state.keys.insert(id.to_owned(), found.clone());
+            found
+        }
+    }
+    .ok_or_else(unknown)?;
     if rec.revoked_ms.is_some() || !same(&hash_secret(secret), &rec.secret_hash) {
         return Err(unknown());
     }

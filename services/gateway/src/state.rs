@@ -34,7 +34,15 @@ pub struct AppState {
     loading: Mutex<ModelState>,
     /// Per-tenant rate limits.
     pub limits: Limits,
+    /// API keys looked up lately, by id (`None`: no such key), kept for
+    /// [`KEY_CACHE_TTL`]: a request with a key needs no store connection,
+    /// and a key revoked on another replica stops working within that.
+    pub keys: moka::sync::Cache<String, Option<ragtime_store::ApiKeyRecord>>,
 }
+
+/// How long an API key lookup is reused (a revocation made elsewhere
+/// holds after at most this; one made here, at once).
+pub const KEY_CACHE_TTL: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl AppState {
     pub fn new(
@@ -55,6 +63,10 @@ impl AppState {
             local_llm: Mutex::new(local),
             pipeline: OnceLock::new(),
             loading: Mutex::new(ModelState::Loading),
+            keys: moka::sync::Cache::builder()
+                .max_capacity(10_000)
+                .time_to_live(KEY_CACHE_TTL)
+                .build(),
             config,
         }
     }

@@ -502,3 +502,51 @@ async fn a_tenant_may_hold_only_so_many_streams_open() {
     assert!(freed, "the slot was not released");
     app.shutdown().await.expect("shutdown");
 }
+
+/// A key is read from the store once and reused for a moment: requests
+/// with it need no store connection, and a revocation written by another
+/// replica (here, straight into the store) holds within two seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_revoked_elsewhere_stops_working_within_seconds() {
+    let fake = FakeLlm::start(Behaviour::Answer {
+        tokens: 3,
+        gap: Duration::from_millis(1),
+    })
+    .await;
+    let app = app(&fake, |c| c.auth.require_api_key = true).await;
+    let (id, key) = new_key(&app, "acme").await;
+    let collections = || async {
+        as_tenant(&app, reqwest::Method::GET, "/v1/collections", &key)
+            .send()
+            .await
+            .expect("request")
+            .status()
+            .as_u16()
+    };
+    assert_eq!(collections().await, 200);
+    let url = ragtime_store::Store::sqlite_url(app.data_dir());
+    let pool = sqlx::SqlitePool::connect(&url).await.expect("open db");
+    sqlx::query("UPDATE api_keys SET revoked_ms = 1 WHERE id = $1")
+        .bind(&id)
+        .execute(&pool)
+        .await
+        .expect("revoke elsewhere");
+    let revoked = std::time::Instant::now();
+    assert_eq!(
+        collections().await,
+        200,
+        "read from the cache, not the store"
+    );
+    let mut status = 200;
+    while status == 200 && revoked.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        status = collections().await;
+    }
+    assert_eq!(status, 401);
+    assert!(
+        revoked.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        revoked.elapsed()
+    );
+    app.shutdown().await.expect("shutdown");
+}

@@ -129,6 +129,7 @@ pub async fn revoke(
         let msg = format!("no active api key {id:?}");
         return Err(ApiError::new(ErrorCode::NotFound, msg).field("id"));
     }
+    state.keys.invalidate(&id);
     tracing::info!(%id, "api key revoked");
     Ok(Json(Revoked { id, revoked: true }))
 }
