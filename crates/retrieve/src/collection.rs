@@ -18,7 +18,7 @@ use ragtime_core::{Cancel, Filter};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 /// What the heap holds of a chunk: its place, and where its words are
@@ -449,7 +449,9 @@ pub struct CollectionIndex {
     documents: Lexical,
     /// Bumped on every change; keys the filter cache.
     version: AtomicU64,
-    filter_cache: Mutex<HashMap<String, FilterEntry>>,
+    filter_cache: Mutex<FilterCache>,
+    /// The most the filter cache holds, in bytes ([`FILTER_CACHE_BYTES`]).
+    filter_cache_cap: AtomicUsize,
     last_used: AtomicU64,
     /// The folder the lexical indexes live in (`None`: in memory); last,
     /// so it is removed after they are closed.
@@ -480,6 +482,21 @@ const IN_DOCUMENT_LEXICAL: f32 = 0.5;
 type FilterEntry = (u64, Arc<AllowedSet>);
 
 const FILTER_CACHE_ENTRIES: usize = 256;
+/// The most a collection's filter cache holds by default, in bytes: its
+/// keys and the chunk and document numbers of its sets (a broad filter on a
+/// million chunks allows 8 MB of them).
+pub const FILTER_CACHE_BYTES: usize = 64 * 1024 * 1024;
+
+/// Filters' allowed sets, and the bytes they take.
+#[derive(Default)]
+struct FilterCache {
+    entries: HashMap<String, FilterEntry>,
+    bytes: usize,
+}
+
+fn entry_bytes(key: &str, set: &AllowedSet) -> usize {
+    key.len() + (set.chunks.len() + set.documents.len()) * std::mem::size_of::<usize>()
+}
 
 impl CollectionIndex {
     /// An empty collection, every index in memory.
@@ -502,7 +519,8 @@ impl CollectionIndex {
             lexical: Lexical::new_in(chunks)?,
             documents: Lexical::new_in(documents)?,
             version: AtomicU64::new(0),
-            filter_cache: Mutex::new(HashMap::new()),
+            filter_cache: Mutex::new(FilterCache::default()),
+            filter_cache_cap: AtomicUsize::new(FILTER_CACHE_BYTES),
             last_used: AtomicU64::new(crate::now_ms()),
             _folder: folder,
         })
@@ -791,6 +809,7 @@ impl CollectionIndex {
             .filter_cache
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .entries
             .get(&key)
             && *v == version
         {
@@ -813,15 +832,40 @@ impl CollectionIndex {
                 documents: Arc::new(documents),
             })
         };
-        let mut cache = self
-            .filter_cache
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if cache.len() >= FILTER_CACHE_ENTRIES {
-            cache.clear();
+        let cap = self.filter_cache_cap.load(Ordering::Relaxed);
+        let bytes = entry_bytes(&key, &set);
+        // One set past a quarter of the bound is not kept: it would push
+        // out every other.
+        if bytes <= cap / 4 {
+            let mut cache = self
+                .filter_cache
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if let Some((_, old)) = cache.entries.remove(&key) {
+                cache.bytes -= entry_bytes(&key, &old);
+            }
+            if cache.entries.len() >= FILTER_CACHE_ENTRIES || cache.bytes + bytes > cap {
+                cache.entries.clear();
+                cache.bytes = 0;
+            }
+            cache.bytes += bytes;
+            cache.entries.insert(key, (version, set.clone()));
         }
-        cache.insert(key, (version, set.clone()));
         Allowed::Only(set)
+    }
+
+    /// The bytes the filter cache holds now.
+    pub fn filter_cache_bytes(&self) -> usize {
+        self.filter_cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .bytes
+    }
+
+    /// Bounds the filter cache at `bytes` from now on (it is emptied when
+    /// a new set would pass it).
+    pub fn set_filter_cache_bytes(&self, bytes: usize) {
+        self.filter_cache_cap.store(bytes, Ordering::Relaxed);
     }
 
     /// Fixes the dense graph's search candidate list (`ef_search`) from
@@ -1081,7 +1125,8 @@ impl CollectionIndex {
             lexical,
             documents,
             version: AtomicU64::new(0),
-            filter_cache: Mutex::new(HashMap::new()),
+            filter_cache: Mutex::new(FilterCache::default()),
+            filter_cache_cap: AtomicUsize::new(FILTER_CACHE_BYTES),
             last_used: AtomicU64::new(crate::now_ms()),
             _folder: folder,
         })

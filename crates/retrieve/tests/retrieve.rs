@@ -1651,3 +1651,38 @@ fn filters_select_exactly_what_the_filter_language_selects() {
     }
     check(&idx, &written, "rewritten");
 }
+
+/// The filter cache is bounded in bytes, not only in entries: filters
+/// that each allow every chunk fill it to its bound and no further, and
+/// each still answers its own set.
+#[test]
+fn the_filter_cache_is_bounded_in_bytes() {
+    let dim = 8;
+    let vs = vectors(3000, dim, 5);
+    let idx = CollectionIndex::new(dim, DenseParams::default()).expect("index");
+    idx.add(
+        vs.iter()
+            .enumerate()
+            .map(|(i, v)| (entry(i as i64 + 1, "x", json!({"b": i})), v.clone()))
+            .collect(),
+    )
+    .expect("add");
+    let cap = 1024 * 1024;
+    idx.set_filter_cache_bytes(cap);
+    for k in 0..100 {
+        // Each allows all 3,000 chunks: about 48 KB of numbers.
+        let f = Filter::parse(&json!({"b": {"$gte": -k}}), "f").expect("f");
+        assert_eq!(idx.allowed(&f).count(3000), 3000);
+        assert!(
+            idx.filter_cache_bytes() <= cap,
+            "{} bytes",
+            idx.filter_cache_bytes()
+        );
+    }
+    assert!(idx.filter_cache_bytes() > cap / 2, "the cache is used");
+    // One set past a quarter of the bound is not kept at all.
+    idx.set_filter_cache_bytes(64 * 1024);
+    let f = Filter::parse(&json!({"b": {"$gte": -1000}}), "f").expect("f");
+    assert_eq!(idx.allowed(&f).count(3000), 3000);
+    assert!(idx.filter_cache_bytes() <= 1024 * 1024);
+}
