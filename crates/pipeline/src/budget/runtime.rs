@@ -24,14 +24,15 @@ pub struct StageMs {
     pub rerank: u64,
     pub llm_ttft: u64,
     pub llm_generate: u64,
-    /// Absent from a `PUT` written before the stage existed: its default.
+    /// Absent from a `PUT` written before the stage existed: the GPU
+    /// profile's (it fits both profiles' totals).
     #[serde(default = "default_quote_ms")]
     pub quote: u64,
     pub verify: u64,
 }
 
 fn default_quote_ms() -> u64 {
-    BudgetProfile::cpu().quote_ms
+    BudgetProfile::gpu().quote_ms
 }
 
 impl From<&BudgetProfile> for StageMs {

@@ -200,7 +200,15 @@ async fn llm_check(state: &AppState, admin: bool) -> Result<LlmCheck, String> {
         // server was starting closes now, not at the next probe.
         state.backends.reachable(state.llm.base_url());
     }
-    let backends = state.backends.status();
+    let mut backends = state.backends.status();
+    if !admin {
+        // A backend named by its URL: where it is, for the admin only.
+        for (i, b) in backends.iter_mut().enumerate() {
+            if b.name.contains("://") {
+                b.name = format!("backend {}", i + 1);
+            }
+        }
+    }
     let models = match checked {
         Ok(m) => m,
         Err(e) if backends.len() < 2 => return Err(e),

@@ -332,6 +332,7 @@ fn ragtime_core_stage(name: &str) -> bool {
         "rerank",
         "llm_ttft",
         "llm_generate",
+        "quote",
     ]
     .contains(&name)
 }

@@ -153,6 +153,7 @@ async fn probes_can_require_a_key_and_hide_the_backend_from_anonymous_callers() 
         anonymous["checks"]["llm"].get("base_url").is_none(),
         "{anonymous}"
     );
+    assert!(!anonymous.to_string().contains("127.0.0.1"), "{anonymous}");
     let r = app
         .http
         .get(app.url("/readyz"))
