@@ -24,7 +24,9 @@ impl Retriever for IndexRetriever {
     ) -> Result<Vec<Hit>, StageError> {
         let (index, filter) = (self.0.clone(), filter.clone());
         run_blocking(cancel, move |c| {
-            let allowed = index.allowed(&filter);
+            let allowed = index
+                .allowed_within(&filter, c)
+                .ok_or(StageError::Cancelled)?;
             Ok(index.dense_search(&vector, k, &allowed, c).0)
         })
         .await
@@ -42,7 +44,9 @@ impl Retriever for IndexRetriever {
         let (index, filter, query) = (self.0.clone(), filter.clone(), query.to_owned());
         let unit = self.1;
         run_blocking(cancel, move |c| {
-            let allowed = index.allowed(&filter);
+            let allowed = index
+                .allowed_within(&filter, c)
+                .ok_or(StageError::Cancelled)?;
             let vector = vector.as_deref().map(Vec::as_slice);
             match index.lexical_unit(unit) {
                 LexicalUnit::Documents | LexicalUnit::Auto => index.document_search(

@@ -800,8 +800,16 @@ impl CollectionIndex {
 
     /// The chunks `filter` allows (cached until the collection changes).
     pub fn allowed(&self, filter: &Filter) -> Allowed {
+        self.allowed_within(filter, &Cancel::new())
+            .expect("a filter never cancelled is always answered")
+    }
+
+    /// [`allowed`](Self::allowed), stopping (`None`, nothing cached) once
+    /// `cancel` is set: a search past its deadline does not walk every
+    /// document on, holding the collection's read lock while writes wait.
+    pub fn allowed_within(&self, filter: &Filter, cancel: &Cancel) -> Option<Allowed> {
         if filter.is_all() {
-            return Allowed::All;
+            return Some(Allowed::All);
         }
         let key = format!("{filter:?}");
         let version = self.version.load(Ordering::Acquire);
@@ -813,13 +821,16 @@ impl CollectionIndex {
             .get(&key)
             && *v == version
         {
-            return Allowed::Only(set.clone());
+            return Some(Allowed::Only(set.clone()));
         }
         let set = {
             let corpus = self.corpus.read().unwrap_or_else(PoisonError::into_inner);
             let (mut chunks, mut documents) = (Vec::new(), Vec::new());
             let allowed = corpus.metadata.allowed(filter);
-            for (id, d) in &corpus.docs {
+            for (n, (id, d)) in corpus.docs.iter().enumerate() {
+                if n % 4096 == 0 && cancel.is_cancelled() {
+                    return None;
+                }
                 if allowed[d.metadata as usize] {
                     documents.push(*id as usize);
                     chunks.extend(d.chunks.iter().map(|&c| c as usize));
@@ -851,7 +862,7 @@ impl CollectionIndex {
             cache.bytes += bytes;
             cache.entries.insert(key, (version, set.clone()));
         }
-        Allowed::Only(set)
+        Some(Allowed::Only(set))
     }
 
     /// The bytes the filter cache holds now.

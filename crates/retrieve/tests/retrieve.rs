@@ -1686,3 +1686,26 @@ fn the_filter_cache_is_bounded_in_bytes() {
     assert_eq!(idx.allowed(&f).count(3000), 3000);
     assert!(idx.filter_cache_bytes() <= 1024 * 1024);
 }
+
+/// A filter's set is not made past its search's deadline: a cancelled
+/// walk answers nothing and caches nothing; the next one answers whole.
+#[test]
+fn a_filter_walk_stops_once_its_search_is_cancelled() {
+    let dim = 8;
+    let vs = vectors(10_000, dim, 6);
+    let idx = CollectionIndex::new(dim, DenseParams::default()).expect("index");
+    idx.add(
+        vs.iter()
+            .enumerate()
+            .map(|(i, v)| (entry(i as i64 + 1, "x", json!({"b": i % 7})), v.clone()))
+            .collect(),
+    )
+    .expect("add");
+    let f = Filter::parse(&json!({"b": 3}), "f").expect("f");
+    let cancelled = Cancel::new();
+    cancelled.cancel();
+    assert!(idx.allowed_within(&f, &cancelled).is_none());
+    assert_eq!(idx.filter_cache_bytes(), 0, "nothing cached");
+    let whole = idx.allowed_within(&f, &Cancel::new()).expect("answered");
+    assert_eq!(whole.count(10_000), 10_000 / 7 + 1);
+}
