@@ -18,8 +18,8 @@ enum Command {
     /// Run the HTTP service: on 127.0.0.1:8080 unless `server.addr` (or
     /// RAGTIME__SERVER__ADDR=0.0.0.0:8080) says otherwise, its store and
     /// indexes under `data_dir` (~/.local/share/ragtime, or
-    /// RAGTIME__DATA_DIR). Every
-    /// setting can be given as RAGTIME__SECTION__KEY (docs/configuration.md).
+    /// RAGTIME__DATA_DIR). Every setting can be given as
+    /// RAGTIME__SECTION__KEY (docs/configuration.md).
     Serve {
         /// Config file (default: ./ragtime.toml if present).
         #[arg(long, short)]

@@ -265,6 +265,18 @@ impl RequestBudget {
         self.profile.stage(stage).min(free)
     }
 
+    /// Why `stage`, starting now, would get no time: its budget is 0, or
+    /// the request has none left for it; `None` when it would get some.
+    pub fn unfunded(&self, stage: Stage) -> Option<&'static str> {
+        if !self.allot(stage).is_zero() {
+            None
+        } else if self.profile.stage_ms(stage) == 0 {
+            Some("budget is 0")
+        } else {
+            Some("no time left for this stage")
+        }
+    }
+
     /// Records that `stage` did not run.
     pub fn skip(&self, stage: Stage, reason: impl Into<String>) {
         let span = stage_span(stage, Duration::ZERO);
@@ -294,12 +306,7 @@ impl RequestBudget {
         Fut: Future<Output = Result<Done<T>, StageError>>,
     {
         let budget = self.allot(stage);
-        if budget.is_zero() {
-            let why = if self.profile.stage_ms(stage) == 0 {
-                "budget is 0"
-            } else {
-                "no time left for this stage"
-            };
+        if let Some(why) = self.unfunded(stage) {
             self.skip(stage, why);
             return StageRun::new(stage, Outcome::Skipped, None, budget, Duration::ZERO);
         }

@@ -606,28 +606,18 @@ async fn reply(t: &Turn<'_>, hits: &[Passage], shape: &Shape, out: &mut Output<'
         input,
         ..
     } = *t;
-    let ttft = budget.allot(Stage::LlmTtft);
-    if ttft.is_zero() {
-        // Asked with no time to answer, the model could only miss: it is
-        // not asked, and the answer says why.
-        let why = if budget.profile().stage_ms(Stage::LlmTtft) == 0 {
-            "the model was not asked: llm_ttft's budget is 0"
-        } else {
-            "the model was not asked: no time left for llm_ttft"
-        };
-        budget.skip(Stage::LlmTtft, why);
-        let top = ranked_top(hits);
-        return extractive(t, &top, out, Why::NoTime).await;
+    // Asked with no time to answer, the model could only miss: it is not
+    // asked, and the answer says why.
+    if let Some(why) = budget.unfunded(Stage::LlmTtft) {
+        let detail = format!("the model was not asked: {why}");
+        return unasked(t, hits, out, detail, Why::NoTime).await;
     }
+    let ttft = budget.allot(Stage::LlmTtft);
     deps.backends.count_request();
     let Some(backend) = deps.backends.pick(most_prompt_tokens(input, hits), &[]) else {
-        budget.skip(
-            Stage::LlmTtft,
-            "no llm backend is available: every breaker is open",
-        );
         deps.backends.note_skipped();
-        let top = ranked_top(hits);
-        return extractive(t, &top, out, Why::Skipped).await;
+        let detail = "no llm backend is available: every breaker is open".to_owned();
+        return unasked(t, hits, out, detail, Why::Skipped).await;
     };
     let Sized { prompt, est } = prompt_for(budget, input, hits, shape, &backend, ttft);
     budget.note_prompt(PromptReport {
@@ -637,15 +627,11 @@ async fn reply(t: &Turn<'_>, hits: &[Passage], shape: &Shape, out: &mut Output<'
     });
     if prompt.passages.is_empty() {
         // Never a model answer without its sources.
-        budget.skip(
-            Stage::LlmTtft,
-            format!(
-                "the model was not asked: {}'s context window has no room for a passage",
-                backend.name()
-            ),
+        let detail = format!(
+            "the model was not asked: {}'s context window has no room for a passage",
+            backend.name()
         );
-        let top = ranked_top(hits);
-        return extractive(t, &top, out, Why::NoRoom).await;
+        return unasked(t, hits, out, detail, Why::NoRoom).await;
     }
     out.sources(prompt.passages.iter().map(citation).collect())
         .await;
@@ -707,6 +693,19 @@ async fn reply(t: &Turn<'_>, hits: &[Passage], shape: &Shape, out: &mut Output<'
             r
         }
     }
+}
+
+/// The model not asked (`detail` says why, on `llm_ttft`): the extractive
+/// answer from the best passages.
+async fn unasked(
+    t: &Turn<'_>,
+    hits: &[Passage],
+    out: &mut Output<'_>,
+    detail: String,
+    why: Why,
+) -> Reply {
+    t.budget.skip(Stage::LlmTtft, detail);
+    extractive(t, &ranked_top(hits), out, why).await
 }
 
 /// The tokens a prompt holds at most: every passage, the history and the
