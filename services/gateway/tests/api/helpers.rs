@@ -71,6 +71,24 @@ impl Builder {
         self
     }
 
+    /// Budgets no busy machine overruns, for tests of what an answer holds
+    /// rather than of its timing: a stage cut under the defaults makes the
+    /// answer partial, and a partial answer is not cached.
+    pub fn unhurried(self) -> Self {
+        self.config(|c| {
+            let b = &mut c.budgets;
+            b.total_ms = 60_000;
+            b.cache_ms = 1_000;
+            b.embed_ms = 5_000;
+            b.retrieve_ms = 5_000;
+            b.rerank_ms = 5_000;
+            b.llm_ttft_ms = 10_000;
+            b.llm_generate_ms = 20_000;
+            b.quote_ms = 5_000;
+            b.verify_ms = 5_000;
+        })
+    }
+
     /// Turn the admin API on with [`ADMIN_KEY`].
     pub fn admin(self) -> Self {
         self.config(|c| c.admin_key = Some(ragtime_gateway::config::Secret::from(ADMIN_KEY)))

@@ -40,6 +40,7 @@ async fn metrics_move_with_traffic_and_stats_are_for_the_admin() {
     // The same question twice must hit the cache: real embeddings.
     let app = TestApp::builder()
         .real_embeddings()
+        .unhurried()
         .llm(&fake)
         .admin()
         .config(|c| c.budgets.rerank_ms = 0)

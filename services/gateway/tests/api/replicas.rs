@@ -44,8 +44,12 @@ fn ask(q: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_replica_follows_every_change_the_first_makes() {
-    let a = TestApp::spawn().await;
-    let b = TestApp::builder().data_dir(a.data_dir()).spawn().await;
+    let a = TestApp::builder().unhurried().spawn().await;
+    let b = TestApp::builder()
+        .unhurried()
+        .data_dir(a.data_dir())
+        .spawn()
+        .await;
     follows(&a, &b).await;
 }
 
@@ -55,6 +59,7 @@ async fn needs_postgres_a_second_replica_follows_every_change_the_first_makes() 
     let db = PgDatabase::create("ragtime_follow").await;
     let replica = |url: String| {
         TestApp::builder()
+            .unhurried()
             .config(|c| c.database_url = Some(ragtime_gateway::config::Secret::from(url)))
             .spawn()
     };
@@ -78,6 +83,7 @@ async fn needs_pgvector_replicas_searching_in_the_database_see_a_write_once_it_r
     let db = PgDatabase::create_on(&server.admin_url, "ragtime_engine").await;
     let replica = |url: String| {
         TestApp::builder()
+            .unhurried()
             .config(|c| {
                 c.database_url = Some(ragtime_gateway::config::Secret::from(url));
                 c.retrieval.engine = Engine::Postgres;
@@ -229,7 +235,8 @@ async fn follows(a: &TestApp, b: &TestApp) {
     let again = b.chat(ask("What makes the cell's ATP?")).await;
     assert_eq!(
         (first["cached"].as_bool(), again["cached"].as_bool()),
-        (Some(false), Some(true))
+        (Some(false), Some(true)),
+        "{first}"
     );
 
     let acked = Instant::now();

@@ -57,7 +57,13 @@ async fn tenants_never_see_each_others_data_through_any_endpoint() {
         gap: Duration::from_millis(1),
     })
     .await;
-    let app = app(&fake, |_| {}).await;
+    // Its follow-up must come from the cache: no stage may be cut.
+    let app = TestApp::builder()
+        .unhurried()
+        .llm(&fake)
+        .admin()
+        .spawn()
+        .await;
     let (acme_id, acme) = new_key(&app, "acme").await;
     let (_, globex) = new_key(&app, "globex").await;
     use reqwest::Method as M;
