@@ -28,6 +28,13 @@ pub enum Bind {
     Float(f64),
     Bool(bool),
     Int(i64),
+    /// An `$in` list's values of one type, as one array parameter: a list
+    /// of any length binds a few parameters, never one per value (a
+    /// statement takes at most 65535).
+    Texts(Vec<String>),
+    Floats(Vec<f64>),
+    Bools(Vec<bool>),
+    Ints(Vec<i64>),
 }
 
 /// A condition and its parameters, numbered from the `first` the caller
@@ -123,15 +130,8 @@ impl Compiler<'_> {
 
     fn member(&mut self, field: &str, values: &[Scalar], negate: bool) -> String {
         let x = self.lookup(field);
-        let hit = |c: &mut Self, v: &str| -> String {
-            if values.is_empty() {
-                return "FALSE".to_owned();
-            }
-            let parts: Vec<String> = values.iter().map(|s| c.test(v, Cmp::Eq, s)).collect();
-            format!("({})", parts.join(" OR "))
-        };
-        let in_array = hit(self, "e.v");
-        let single = hit(self, &x);
+        let in_array = self.any_of("e.v", values);
+        let single = self.any_of(&x, values);
         let found = format!(
             "(CASE WHEN {x} IS NULL THEN FALSE WHEN jsonb_typeof({x}) = 'array' \
              THEN EXISTS (SELECT 1 FROM jsonb_array_elements({x}) e(v) WHERE {in_array}) \
@@ -142,6 +142,52 @@ impl Compiler<'_> {
         } else {
             found
         }
+    }
+
+    /// One value `v` (not an array) equal to one of `values`: the `OR` of
+    /// [`Self::test`]'s equalities, as one `= ANY` over an array of each
+    /// type's values (the same guard and the same cast for every value of
+    /// a type, so the same answer).
+    fn any_of(&mut self, v: &str, values: &[Scalar]) -> String {
+        let (mut texts, mut floats, mut bools, mut ints) = (vec![], vec![], vec![], vec![]);
+        for value in values {
+            match value {
+                Scalar::String(s) => texts.push(s.clone()),
+                Scalar::Number(n) => floats.push(*n),
+                Scalar::Bool(b) => bools.push(*b),
+                Scalar::Date(ms, _) => ints.push(*ms),
+            }
+        }
+        let mut parts = Vec::new();
+        if !texts.is_empty() {
+            let p = self.bind(Bind::Texts(texts));
+            parts.push(format!(
+                "(CASE WHEN jsonb_typeof({v}) = 'string' THEN (({v} #>> '{{}}') COLLATE \"C\") = ANY ({p}::text[]) ELSE FALSE END)"
+            ));
+        }
+        if !floats.is_empty() {
+            let p = self.bind(Bind::Floats(floats));
+            parts.push(format!(
+                "(CASE WHEN jsonb_typeof({v}) = 'number' THEN ({v} #>> '{{}}')::float8 = ANY ({p}::float8[]) ELSE FALSE END)"
+            ));
+        }
+        if !bools.is_empty() {
+            let p = self.bind(Bind::Bools(bools));
+            parts.push(format!(
+                "(CASE WHEN jsonb_typeof({v}) = 'boolean' THEN ({v} #>> '{{}}')::boolean = ANY ({p}::boolean[]) ELSE FALSE END)"
+            ));
+        }
+        if !ints.is_empty() {
+            let p = self.bind(Bind::Ints(ints));
+            parts.push(format!(
+                "(CASE WHEN jsonb_typeof({v}) = 'string' AND ragtime_rfc3339_ms({v} #>> '{{}}') IS NOT NULL \
+                 THEN ragtime_rfc3339_ms({v} #>> '{{}}') = ANY ({p}::bigint[]) ELSE FALSE END)"
+            ));
+        }
+        if parts.is_empty() {
+            return "FALSE".to_owned();
+        }
+        format!("({})", parts.join(" OR "))
     }
 
     /// One value `v` (not an array) against `value`: values of another
@@ -183,6 +229,10 @@ impl Compiler<'_> {
         format!("(CASE WHEN {guard} THEN {lhs} {sql_op} {rhs} ELSE {otherwise} END)")
     }
 }
+
+/// Past this many `@>` tests (two per `$in` value), an `$in`'s index
+/// condition binds its values as one array.
+const HOLDS_MAX_SHAPES: usize = 512;
 
 /// Magnitudes below this are integers an `f64` holds exactly.
 const EXACT_INTEGERS: f64 = 9_007_199_254_740_992.0;
@@ -362,7 +412,7 @@ impl Compiler<'_> {
         if field.contains('.') || values.is_empty() {
             return None;
         }
-        let mut parts = Vec::new();
+        let mut shapes = Vec::new();
         for v in values {
             let json = match v {
                 Scalar::String(s) => serde_json::Value::from(s.as_str()),
@@ -373,10 +423,22 @@ impl Compiler<'_> {
             for shape in [json.clone(), serde_json::Value::Array(vec![json])] {
                 let mut object = serde_json::Map::new();
                 object.insert(field.to_owned(), shape);
-                let p = self.bind(Bind::Text(serde_json::Value::Object(object).to_string()));
-                parts.push(format!("{} @> {p}::text::jsonb", self.meta));
+                shapes.push(serde_json::Value::Object(object).to_string());
             }
         }
+        if shapes.len() > HOLDS_MAX_SHAPES {
+            // One array parameter: still a superset, though GIN does not
+            // answer `@> ANY` (the planner reads the documents instead).
+            let p = self.bind(Bind::Texts(shapes));
+            return Some(format!("{} @> ANY ({p}::text[]::jsonb[])", self.meta));
+        }
+        let parts: Vec<String> = shapes
+            .into_iter()
+            .map(|shape| {
+                let p = self.bind(Bind::Text(shape));
+                format!("{} @> {p}::text::jsonb", self.meta)
+            })
+            .collect();
         Some(format!("({})", parts.join(" OR ")))
     }
 }
@@ -508,8 +570,8 @@ mod tests {
         let c = compile(&f, "d.meta", 4);
         assert!(!c.sql.contains("DROP"), "{}", c.sql);
         assert!(c.sql.contains("$4") && !c.sql.contains("$3"), "{}", c.sql);
-        // The whole key and its two parts, then the two values for an
-        // array's elements and again for a single value.
+        // The whole key and its two parts, then the values of each type as
+        // one array for an array's elements and again for a single value.
         assert_eq!(c.binds.len(), 7, "{:?}", c.binds);
         assert_eq!(
             c.binds[..3],
@@ -520,9 +582,34 @@ mod tests {
             ]
         );
         for i in [3, 5] {
-            assert_eq!(c.binds[i], Bind::Text("x'); DROP TABLE t; --".into()));
-            assert_eq!(c.binds[i + 1], Bind::Float(2.0));
+            assert_eq!(
+                c.binds[i],
+                Bind::Texts(vec!["x'); DROP TABLE t; --".into()])
+            );
+            assert_eq!(c.binds[i + 1], Bind::Floats(vec![2.0]));
         }
+    }
+
+    #[test]
+    fn an_in_list_of_any_length_binds_a_few_parameters() {
+        let values: Vec<serde_json::Value> = (0..70_000).map(|i| json!(format!("v{i}"))).collect();
+        let f = Filter::parse(&json!({"tag": {"$in": values}}), "f").expect("parse");
+        let c = compile(&f, "d.meta", 1);
+        assert_eq!(c.binds.len(), 3, "the key, then the strings twice");
+        let on = Documents {
+            meta: "d.meta",
+            id: "d.id",
+            collection: "$1",
+        };
+        let index = index_condition(&f, &on, 2).expect("a superset");
+        assert_eq!(index.binds.len(), 1, "{}", index.sql);
+        assert!(index.sql.contains("@> ANY"), "{}", index.sql);
+        // A short list keeps the tests GIN answers.
+        let f = Filter::parse(&json!({"tag": {"$in": ["a", "b"]}}), "f").expect("parse");
+        assert_eq!(
+            index_condition(&f, &on, 2).expect("superset").binds.len(),
+            4
+        );
     }
 
     #[test]

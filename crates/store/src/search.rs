@@ -1018,6 +1018,10 @@ fn bind_all<'q, O>(
             Bind::Float(f) => q.bind(*f),
             Bind::Bool(v) => q.bind(*v),
             Bind::Int(i) => q.bind(*i),
+            Bind::Texts(v) => q.bind(v.as_slice()),
+            Bind::Floats(v) => q.bind(v.as_slice()),
+            Bind::Bools(v) => q.bind(v.as_slice()),
+            Bind::Ints(v) => q.bind(v.as_slice()),
         };
     }
     q
