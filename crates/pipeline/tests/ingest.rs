@@ -318,12 +318,16 @@ async fn a_start_loads_the_snapshot_and_replays_what_came_after() {
     c.rebuild().await.expect("rebuild");
     assert_eq!(c.snapshot_loads(), 0);
     assert_eq!(c.collection("c").await.expect("c").len(), 1);
-    // (What is left is the running engine's workspace: its BM25 indexes.)
+    // (What is left is the running engine's workspace, its BM25 indexes,
+    // and the folder's replica name.)
     assert!(
         std::fs::read_dir(saved.path())
             .expect("dir")
             .flatten()
-            .all(|e| e.file_name().to_string_lossy().starts_with("work-")),
+            .all(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                name.starts_with("work-") || name == "replica"
+            }),
         "the foreign snapshot was removed"
     );
 }
@@ -698,6 +702,7 @@ fn a_save_failing_at_its_last_step_leaves_nothing() {
         documents: 0,
         saved_at_ms,
         files: Default::default(),
+        store: String::new(),
     };
     snap::save(root.path(), &idx, meta(100)).expect("first save");
     // The next save's final name is taken by a folder with something in
@@ -780,4 +785,101 @@ async fn the_log_is_trimmed_once_every_replica_passed_it() {
     // `late` never followed: the entries it needs are gone.
     late.follow().await.expect("follow");
     assert_indexes_match_store(&late, "c", "after the trim").await;
+}
+
+/// A replica's saved snapshots against another replica's trims: a
+/// collection that does not change never holds the log back, and its
+/// snapshot still loads once its own position's entry is trimmed; a
+/// replica that stops and starts again keeps its name and its place in
+/// the log, so a collection written to after its save replays from its
+/// snapshot instead of loading the store again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_collection_never_holds_the_log_and_a_restart_keeps_its_snapshots() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let saved = tempfile::tempdir().expect("tempdir");
+    let url = Store::sqlite_url(dir.path());
+    let stale = std::time::Duration::from_secs(3600);
+    let (made, _) = corpora(&url, 2).await;
+    let [a, b]: [Rag; 2] = made.try_into().ok().expect("two");
+    let a = a.with_snapshots(snapshots(saved.path()));
+    for r in [&a, &b] {
+        r.rebuild().await.expect("rebuild");
+        r.follow().await.expect("follow");
+    }
+    a.ingest(
+        "quiet",
+        vec![doc("q0", "Moss grows on the north side, tagq0.")],
+    )
+    .await
+    .expect("ingest");
+    a.ingest(
+        "later",
+        vec![doc("l0", "Ferns unroll their fronds, tagl0.")],
+    )
+    .await
+    .expect("ingest");
+    a.follow().await.expect("follow");
+    let saved_at = a.store.corpus_version().await.expect("version");
+    assert_eq!(a.save_snapshots().await.expect("save"), 2);
+    let position = |r: &Rag| r.resident().expect("in-process").position();
+    let name = a.resident().expect("in-process").replica().to_owned();
+    // Another replica writes to a collection of its own, many times: the
+    // log moves on past both snapshots, neither holds it.
+    for i in 0..5 {
+        b.ingest("busy", vec![doc(&format!("b{i}"), &format!("Busy {i}."))])
+            .await
+            .expect("ingest");
+    }
+    a.follow().await.expect("follow");
+    b.follow().await.expect("follow");
+    let end = a.store.corpus_version().await.expect("version");
+    assert_eq!(position(&a), end, "unchanged collections hold nothing");
+    a.keep_log_trimmed(stale).await.expect("a");
+    b.keep_log_trimmed(stale).await.expect("b");
+    assert_eq!(a.store.log_trimmed_below().await.expect("below"), end);
+
+    // Written to after its save: that snapshot holds the log now.
+    a.ingest(
+        "later",
+        vec![doc("l1", "Horsetails were trees once, tagl1.")],
+    )
+    .await
+    .expect("ingest");
+    a.follow().await.expect("follow");
+    assert_eq!(
+        position(&a),
+        saved_at,
+        "`later`'s snapshot needs what came after it"
+    );
+    // A graceful stop: the position stays on record while it is away.
+    a.leave().await.expect("leave");
+    drop(a);
+    for i in 5..8 {
+        b.ingest("busy", vec![doc(&format!("b{i}"), &format!("Busy {i}."))])
+            .await
+            .expect("ingest");
+    }
+    b.follow().await.expect("follow");
+    b.keep_log_trimmed(stale).await.expect("b");
+    assert_eq!(
+        b.store.log_trimmed_below().await.expect("below"),
+        end,
+        "the stopped replica's place holds"
+    );
+
+    let (a, _) = rag_at(dir.path()).await;
+    let a = a.with_snapshots(snapshots(saved.path()));
+    assert_eq!(
+        a.resident().expect("in-process").replica(),
+        name,
+        "the same name again"
+    );
+    a.rebuild().await.expect("rebuild");
+    assert_eq!(a.snapshot_loads(), 2, "both from their snapshots");
+    for (coll, id) in [("quiet", "q0"), ("later", "l0"), ("later", "l1")] {
+        let idx = a.collection(coll).await.expect("collection");
+        assert!(!idx.chunks_of(id).is_empty(), "{coll} holds {id}");
+    }
+    assert_indexes_match_store(&a, "later", "after the restart").await;
+    assert_indexes_match_store(&a, "quiet", "after the restart").await;
 }

@@ -581,9 +581,11 @@ impl Store {
 
     /// Trims the change log: replicas not heard from since `stale_before_ms`
     /// are forgotten, and entries below the lowest remaining position are
-    /// removed (the log then starts there: [`Store::log_trimmed_below`]) —
-    /// removed collections' entries with the rest, once every replica has
-    /// passed them. Nothing is trimmed while no replica has reported.
+    /// removed (the log then starts there: [`Store::log_trimmed_below`];
+    /// each collection records the last of its own removed,
+    /// [`Store::collection_log_trimmed_to`]) — removed collections' entries
+    /// with the rest, once every replica has passed them. Nothing is
+    /// trimmed while no replica has reported.
     /// Returns the entries removed.
     pub async fn trim_log(&self, stale_before_ms: i64) -> Result<u64, StoreError> {
         on_pool!(self, p => {
@@ -597,6 +599,14 @@ impl Store {
                 .await?;
             let mut removed = 0;
             if let Some(lowest) = lowest {
+                sqlx::query(
+                    "UPDATE collections SET log_trimmed_to = \
+                     (SELECT MAX(l.id) FROM ingest_log l WHERE l.collection_id = collections.id AND l.id < $1) \
+                     WHERE EXISTS (SELECT 1 FROM ingest_log l WHERE l.collection_id = collections.id AND l.id < $1)",
+                )
+                .bind(lowest)
+                .execute(&mut *tx)
+                .await?;
                 removed = sqlx::query("DELETE FROM ingest_log WHERE id < $1")
                     .bind(lowest)
                     .execute(&mut *tx)
@@ -610,6 +620,24 @@ impl Store {
             tx.commit().await?;
             Ok(removed)
         })
+    }
+
+    /// The last of the collection's change-log entries a trim removed (0
+    /// when none was): a snapshot of it at a position at or past this
+    /// misses none of its changes.
+    pub async fn collection_log_trimmed_to(&self, collection_id: i64) -> Result<i64, StoreError> {
+        let q = "SELECT log_trimmed_to FROM collections WHERE id = $1";
+        Ok(
+            on_pool!(self, p => sqlx::query_scalar::<_, i64>(q).bind(collection_id).fetch_optional(p).await?)
+                .unwrap_or(0),
+        )
+    }
+
+    /// This store's random name, made with its schema: what tells its
+    /// saved snapshots from another store's with the same ids.
+    pub async fn identity(&self) -> Result<String, StoreError> {
+        let q = "SELECT token FROM store_identity WHERE id = 1";
+        Ok(on_pool!(self, p => sqlx::query_scalar::<_, String>(q).fetch_one(p).await?))
     }
 
     /// The first change-log entry kept: every entry below it was trimmed.

@@ -987,11 +987,41 @@ async fn the_change_log_is_trimmed_below_every_live_replica() {
     );
     store.trim_log(after_a).await.expect("trim");
     assert_eq!(store.log_trimmed_below().await.expect("below"), versions[4]);
+    // Each collection records the last of its own entries removed: a
+    // collection written to no more since then is behind no trim.
+    let quiet = store.ensure_collection("quiet").await.expect("quiet");
+    let created = store.corpus_version().await.expect("version");
+    let last_keep = all
+        .iter()
+        .filter(|e| e.collection_id == keep && e.id < versions[4])
+        .map(|e| e.id)
+        .max();
+    assert_eq!(
+        store.collection_log_trimmed_to(keep).await.expect("q"),
+        last_keep.expect("trimmed")
+    );
+    assert_eq!(store.collection_log_trimmed_to(quiet).await.expect("q"), 0);
+    let end = store
+        .upsert_document(keep, &doc("d9", "h9", &["x"]))
+        .await
+        .expect("upsert")
+        .version;
+    store.report_position("b", end).await.expect("b");
+    store.trim_log(0).await.expect("trim");
+    assert_eq!(store.log_trimmed_below().await.expect("below"), end);
+    assert_eq!(
+        store.collection_log_trimmed_to(quiet).await.expect("q"),
+        created,
+        "its creation's entry went"
+    );
+    let id = store.identity().await.expect("identity");
+    assert_eq!(id.len(), 32, "{id}");
+    assert_eq!(store.identity().await.expect("identity"), id, "it stays");
     store.forget_replica("b").await.expect("forget");
     store.trim_log(0).await.expect("trim");
     assert_eq!(
         store.log_trimmed_below().await.expect("below"),
-        versions[4],
+        end,
         "never moves back"
     );
 }

@@ -278,7 +278,7 @@ impl Application {
         if let Some(p) = self.state.loaded()
             && let Err(e) = p.corpus().leave().await
         {
-            tracing::warn!(error = %e, "could not take this replica off the change log's list");
+            tracing::warn!(error = %e, "could not record on the change log that this replica stops");
         }
         // Closing waits for every connection to come back, and the
         // change-log listener (`follow_store`) holds one for the process's

@@ -127,7 +127,10 @@ pub trait IndexEngine: Send + Sync {
     /// `stale` are forgotten); the entries removed.
     async fn keep_log_trimmed(&self, stale: Duration) -> Result<u64, CorpusError>;
 
-    /// The process stops: the log no longer waits for this engine.
+    /// The process stops. An engine whose saved snapshots outlive it (a
+    /// data folder that keeps its replica name) leaves its position on
+    /// record, so the log waits for it to start again (for `stale` at
+    /// most); any other, the log no longer waits for.
     async fn leave(&self) -> Result<(), CorpusError>;
 
     /// What collection `name`'s indexes take, if the engine holds any.

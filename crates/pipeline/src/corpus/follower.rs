@@ -9,6 +9,7 @@
 //! store.
 
 use super::resident::{Resident, index_items};
+use super::snapshots::{Behind, OnDisk};
 use super::{CorpusError, lock};
 use ragtime_retrieve::CollectionIndex;
 use std::collections::HashSet;
@@ -103,6 +104,9 @@ impl Resident {
             // way ends first (a load names its collection here before it
             // reads the store, so none misses an entry it did not see).
             let (name, _c) = self.locked_name(e.collection_id).await;
+            // Marked before `applied` passes it: the position never
+            // passes an entry its snapshot lacks.
+            self.behind_snapshot(e.collection_id, e.id);
             if !lock(&self.follower.own).remove(&e.id) {
                 self.apply(e, name.as_deref()).await?;
             }
@@ -175,7 +179,7 @@ impl Resident {
 
     /// The change-log position this replica needs kept: what its follower
     /// has applied, or an older position one of its snapshots on disk
-    /// would replay from.
+    /// would replay from, of a collection that changed after it.
     pub fn position(&self) -> i64 {
         let applied = self
             .follower
@@ -183,8 +187,58 @@ impl Resident {
             .load(std::sync::atomic::Ordering::Acquire);
         lock(&self.snapshots.positions)
             .values()
-            .copied()
+            .filter_map(OnDisk::holds)
             .fold(applied, i64::min)
+    }
+
+    /// Log entry `entry` of collection `coll_id`: its snapshot, if older,
+    /// is behind it.
+    fn behind_snapshot(&self, coll_id: i64, entry: i64) {
+        if let Some(d) = lock(&self.snapshots.positions).get_mut(&coll_id)
+            && entry > d.at
+        {
+            d.behind = Behind::Yes;
+        }
+    }
+
+    /// This process wrote to collection `name`: its snapshot is behind.
+    pub(super) fn changed_since_snapshot(&self, name: &str) {
+        let id = lock(&self.loaded_ids)
+            .iter()
+            .find_map(|(id, n)| (n == name).then_some(*id));
+        if let Some(id) = id {
+            self.behind_snapshot(id, i64::MAX);
+        }
+    }
+
+    /// Looks in the store whether the collections of snapshots found on
+    /// disk changed after them (entries up to the follower's position;
+    /// later ones it marks as it passes them).
+    async fn settle_snapshots(&self) -> Result<(), CorpusError> {
+        let applied = self
+            .follower
+            .applied
+            .load(std::sync::atomic::Ordering::Acquire);
+        let unknown: Vec<(i64, i64)> = lock(&self.snapshots.positions)
+            .iter()
+            .filter(|(_, d)| d.behind == Behind::Unknown)
+            .map(|(id, d)| (*id, d.at))
+            .collect();
+        for (id, at) in unknown {
+            let next = self.store.collection_log_since(id, at, 1).await?;
+            let behind = if next.first().is_some_and(|e| e.id <= applied) {
+                Behind::Yes
+            } else {
+                Behind::No
+            };
+            // Unless the follower (or a save) settled it meanwhile.
+            if let Some(d) = lock(&self.snapshots.positions).get_mut(&id)
+                && *d == OnDisk::new(at, Behind::Unknown)
+            {
+                d.behind = behind;
+            }
+        }
+        Ok(())
     }
 
     /// Reports this replica's [`Resident::position`] under its
@@ -192,6 +246,7 @@ impl Resident {
     /// replica's (those not heard from for `stale` are forgotten). Returns
     /// the entries removed.
     pub async fn keep_log_trimmed(&self, stale: Duration) -> Result<u64, CorpusError> {
+        self.settle_snapshots().await?;
         self.store
             .report_position(&self.replica, self.position())
             .await?;

@@ -7,7 +7,7 @@
 
 use super::engine::{Change, EngineStatus, IndexBytes, IndexEngine};
 use super::follower::Follower;
-use super::snapshots::{SnapshotConfig, Snapshots};
+use super::snapshots::{Behind, OnDisk, SnapshotConfig, Snapshots};
 use super::{CorpusError, Shared, lock, snapshots};
 use crate::adapters::IndexRetriever;
 use async_trait::async_trait;
@@ -95,6 +95,9 @@ pub struct Resident {
     /// This engine's name among the replicas that keep the change log
     /// from being trimmed past them.
     pub(super) replica: String,
+    /// The lock on the name its snapshot folder keeps for it (none: a name
+    /// of this run's own, and no snapshots outlive it).
+    replica_lock: Option<std::fs::File>,
     /// Held while the engine lives: its workspace is a live run's.
     _workspace_lock: Option<std::fs::File>,
 }
@@ -103,7 +106,14 @@ impl Resident {
     pub(super) fn new(shared: Arc<Shared>, dim: usize, options: Options) -> Self {
         let mut indexes = Indexes::new(dim, ragtime_retrieve::DenseParams::default());
         let mut workspace_lock = None;
+        let mut replica = None;
         if let Some(cfg) = &options.snapshots {
+            match snapshots::replica_name(&cfg.dir) {
+                Ok(named) => replica = Some(named),
+                Err(e) => {
+                    tracing::info!(path = %cfg.dir.display(), error = %e, "the snapshot folder's replica name is in use; this run takes its own")
+                }
+            }
             match snapshots::workspace(&cfg.dir) {
                 Ok((workspace, lock)) => {
                     indexes = indexes.with_workspace(workspace);
@@ -127,7 +137,11 @@ impl Resident {
                 config: options.snapshots,
                 ..Snapshots::default()
             },
-            replica: format!("replica_{}", uuid::Uuid::new_v4().simple()),
+            replica: replica.as_ref().map_or_else(
+                || format!("replica_{}", uuid::Uuid::new_v4().simple()),
+                |(name, _)| name.clone(),
+            ),
+            replica_lock: replica.map(|(_, lock)| lock),
         }
     }
 
@@ -164,6 +178,9 @@ impl IndexEngine for Resident {
     fn written(&self, name: &str, change: Change) {
         for entry in &change.entries {
             self.remember(*entry);
+        }
+        if !change.entries.is_empty() {
+            self.changed_since_snapshot(name);
         }
         let Some(index) = self.indexes.get(name) else {
             // Not loaded: it loads the store as it is at its next request.
@@ -216,6 +233,11 @@ impl IndexEngine for Resident {
     }
 
     async fn leave(&self) -> Result<(), CorpusError> {
+        if self.replica_lock.is_some() {
+            // Back under the same name: its snapshots replay from here.
+            let position = self.position();
+            return Ok(self.store.report_position(&self.replica, position).await?);
+        }
         Ok(self.store.forget_replica(&self.replica).await?)
     }
 
@@ -252,21 +274,23 @@ impl Resident {
         let version = self.store.corpus_version().await?;
         // What loads from here on is at least this new: the follower
         // starts after it, and the log is kept from here for it (other
-        // replicas trim it meanwhile).
+        // replicas trim it meanwhile), or from an older snapshot's.
         self.follower
             .applied
             .fetch_max(version, std::sync::atomic::Ordering::AcqRel);
-        self.store.report_position(&self.replica, version).await?;
         let mut all = self.store.list_collections(None).await?;
         if let Some(cfg) = &self.snapshots.config {
             snapshots::retain(&cfg.dir, &all.iter().map(|c| c.id).collect());
             let mut at = lock(&self.snapshots.positions);
             for c in &all {
                 if let Some((_, meta)) = snapshots::latest(&cfg.dir, c.id) {
-                    at.insert(c.id, meta.log_position);
+                    at.insert(c.id, OnDisk::new(meta.log_position, Behind::Unknown));
                 }
             }
         }
+        self.store
+            .report_position(&self.replica, self.position())
+            .await?;
         all.sort_by(|a, b| b.chunks.cmp(&a.chunks).then(a.name.cmp(&b.name)));
         let mut n = 0;
         for c in all.into_iter().take(self.preload) {

@@ -79,6 +79,11 @@ pub struct SnapshotMeta {
     /// Every file's path in the folder and size in bytes.
     #[serde(default)]
     pub files: BTreeMap<String, u64>,
+    /// The store's name ([`ragtime_store::Store::identity`]): what tells
+    /// that it was saved from this store once its position's entry is
+    /// trimmed (its collection did not change since).
+    #[serde(default)]
+    pub store: String,
 }
 
 /// The snapshot format this build reads and writes.
@@ -313,6 +318,38 @@ pub fn workspace(root: &Path) -> std::io::Result<(ragtime_retrieve::Workspace, s
     Ok((workspace, lock))
 }
 
+/// The file under the snapshot folder that keeps its replica name.
+const REPLICA: &str = "replica";
+
+/// The replica name this snapshot folder keeps (made at its first use),
+/// and the lock on it, held for the run's life: a restart reports its
+/// change-log position under the name it left with, so the position on
+/// record holds the log for it while it is away. Fails when another live
+/// run holds it.
+pub fn replica_name(root: &Path) -> std::io::Result<(String, std::fs::File)> {
+    use std::io::{Read, Seek, Write};
+    std::fs::create_dir_all(root)?;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(root.join(REPLICA))?;
+    file.try_lock().map_err(std::io::Error::other)?;
+    let mut kept = String::new();
+    file.read_to_string(&mut kept)?;
+    let kept = kept.trim();
+    if kept.starts_with("replica_") && kept.len() <= 64 {
+        return Ok((kept.to_owned(), file));
+    }
+    let name = format!("replica_{}", uuid::Uuid::new_v4().simple());
+    file.set_len(0)?;
+    file.rewind()?;
+    file.write_all(name.as_bytes())?;
+    file.sync_all()?;
+    Ok((name, file))
+}
+
 /// Removes a collection's snapshots.
 pub fn remove(root: &Path, collection_id: i64) {
     let dir = collection_dir(root, collection_id);
@@ -347,12 +384,44 @@ pub(super) struct Snapshots {
     pub(super) config: Option<SnapshotConfig>,
     /// What was last saved or loaded of each collection, by its store id.
     pub(super) saved: Mutex<HashMap<i64, SavedState>>,
-    /// The change-log position of each collection's snapshot on disk, by
-    /// its store id: the log is kept from the lowest on (a start replays
-    /// what came after it).
-    pub(super) positions: Mutex<HashMap<i64, i64>>,
+    /// Each collection's snapshot on disk, by its store id, as the change
+    /// log sees it: the log is kept from the lowest position of those
+    /// behind their collection (a start replays what came after it).
+    pub(super) positions: Mutex<HashMap<i64, OnDisk>>,
     /// Collections loaded from a snapshot since start.
     pub(super) loads: AtomicUsize,
+}
+
+/// A collection's snapshot on disk, for the change log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct OnDisk {
+    /// The change-log position it reflects.
+    pub(super) at: i64,
+    /// Whether its collection has entries past `at`.
+    pub(super) behind: Behind,
+}
+
+/// Whether a collection changed after its snapshot's position: only then
+/// does the snapshot need the log kept from there. A collection that does
+/// not change never holds the log back (a trim records which entries of
+/// it went: [`ragtime_store::Store::collection_log_trimmed_to`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Behind {
+    /// Not known yet (found on disk at start): counted as behind.
+    Unknown,
+    No,
+    Yes,
+}
+
+impl OnDisk {
+    pub(super) fn new(at: i64, behind: Behind) -> Self {
+        Self { at, behind }
+    }
+
+    /// The position the log must be kept from for it, if any.
+    pub(super) fn holds(&self) -> Option<i64> {
+        (self.behind != Behind::No).then_some(self.at)
+    }
 }
 
 /// A loaded collection's indexes as its snapshot holds them.
@@ -463,8 +532,14 @@ impl Resident {
         let version = self.store.corpus_version().await?;
         let entry = self.store.log_entry(meta.log_position).await?;
         let same_store = match entry {
-            None => meta.log_position == 0,
             Some(e) => e.at_ms == meta.log_at_ms,
+            None if meta.log_position == 0 => true,
+            // Trimmed since: its collection did not change after it.
+            None => {
+                !meta.store.is_empty()
+                    && meta.log_position < self.store.log_trimmed_below().await?
+                    && meta.store == self.store.identity().await?
+            }
         };
         if !same_store || meta.log_position > version {
             return Err(untrusted(format!(
@@ -489,11 +564,16 @@ impl Resident {
             )
             .await?;
         after.splice(0..0, recent);
-        // Read after the entries (a trim removes entries and moves this
+        // Read after the entries (a trim removes entries and records this
         // in one transaction): past the position, some may be missing.
-        if meta.log_position + 1 < self.store.log_trimmed_below().await? {
+        // Other collections' entries trimmed do not matter.
+        let trimmed_to = self
+            .store
+            .collection_log_trimmed_to(meta.collection_id)
+            .await?;
+        if trimmed_to > meta.log_position {
             return Err(untrusted(format!(
-                "the change log after position {} was trimmed",
+                "the collection's change-log entries after position {} were trimmed (up to {trimmed_to})",
                 meta.log_position
             )));
         }
@@ -523,7 +603,14 @@ impl Resident {
         }
         let idx = Arc::new(idx);
         self.mark_saved(meta.collection_id, &idx, idx.version());
-        lock(&self.snapshots.positions).insert(meta.collection_id, meta.log_position);
+        let replays = after.iter().any(|e| e.id > meta.log_position);
+        let behind = if replays {
+            Behind::Yes
+        } else {
+            Behind::Unknown
+        };
+        lock(&self.snapshots.positions)
+            .insert(meta.collection_id, OnDisk::new(meta.log_position, behind));
         for e in &after {
             if e.op == "upsert" || e.op == "delete" {
                 match self.apply_document(&idx, e).await {
@@ -579,8 +666,12 @@ impl Resident {
                 .load(std::sync::atomic::Ordering::Acquire);
             let version = idx.version();
             let started = Instant::now();
-            let saved = match self.store.log_entry(position).await {
-                Ok(entry) => {
+            let read = async {
+                let entry = self.store.log_entry(position).await?;
+                Ok::<_, StoreError>((entry, self.store.identity().await?))
+            };
+            let saved = match read.await {
+                Ok((entry, store)) => {
                     let meta = SnapshotMeta {
                         format: FORMAT,
                         collection_id: coll_id,
@@ -592,6 +683,7 @@ impl Resident {
                         documents: 0,
                         saved_at_ms: ragtime_store::now_ms(),
                         files: Default::default(),
+                        store,
                     };
                     let (root, index) = (cfg.dir.clone(), idx.clone());
                     tokio::task::spawn_blocking(move || save(&root, &index, meta))
@@ -613,7 +705,11 @@ impl Resident {
                         "indexes saved"
                     );
                     self.mark_saved(coll_id, &idx, version);
-                    lock(&self.snapshots.positions).insert(coll_id, meta.log_position);
+                    // Every change of it up to the position is in it (the
+                    // collection's lock is held): the follower marks it
+                    // behind at its next entry.
+                    lock(&self.snapshots.positions)
+                        .insert(coll_id, OnDisk::new(meta.log_position, Behind::No));
                     n += 1;
                 }
                 Err(e) => {
