@@ -280,6 +280,10 @@ impl Pipeline {
                 what: "the embedding queue",
                 retry_after: Duration::from_secs(5),
             },
+            CorpusError::Store(StoreError::SearchesBusy) => PipelineError::Busy {
+                what: "the database engine's pool of search connections",
+                retry_after: Duration::from_secs(1),
+            },
             other => PipelineError::Internal(other.to_string()),
         }
     }

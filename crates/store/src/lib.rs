@@ -180,6 +180,10 @@ pub enum StoreError {
     /// it): what it lacks.
     #[error("{0}")]
     Unsupported(search::Missing),
+    /// Every connection the database engine's searches have is taken
+    /// ([`SEARCH_CONNECTIONS`]): try again shortly.
+    #[error("every one of the database's {SEARCH_CONNECTIONS} search connections is in use")]
+    SearchesBusy,
 }
 
 impl StoreError {
@@ -229,16 +233,35 @@ pub struct Store {
     /// How the database engine answered filtered dense searches
     /// ([`Store::filtered_paths`]). Shared by every clone.
     paths: std::sync::Arc<search::PathCounts>,
+    /// The database engine's searches' own connections (PostgreSQL; made
+    /// as they are first needed): a flood of slow searches waits for
+    /// these, never for those writes, the change-log listener and key
+    /// lookups take.
+    searches: Option<PgPool>,
 }
+
+/// Connections the database engine's searches hold at once, beside the
+/// store's own 16.
+pub const SEARCH_CONNECTIONS: u32 = 8;
+/// How long a search waits for one of them before it gives up as busy.
+const SEARCH_ACQUIRE: Duration = Duration::from_secs(1);
 
 impl Store {
     /// Opens the database at `url` (`sqlite://PATH` or `postgres://…`),
     /// creating a SQLite file if needed, and applies pending migrations.
     pub async fn open(url: &str) -> Result<Self, StoreError> {
         let search_schema = std::sync::Arc::new(std::sync::OnceLock::new());
+        let mut searches = None;
         let pool = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let opts =
                 PgConnectOptions::from_str(url).map_err(|e| StoreError::Url(e.to_string()))?;
+            searches = Some(
+                PgPoolOptions::new()
+                    .max_connections(SEARCH_CONNECTIONS)
+                    .min_connections(0)
+                    .acquire_timeout(SEARCH_ACQUIRE)
+                    .connect_lazy_with(opts.clone()),
+            );
             let pool = PgPoolOptions::new()
                 .max_connections(16)
                 .acquire_timeout(Duration::from_secs(5))
@@ -280,6 +303,7 @@ impl Store {
             search_schema,
             standbys: None,
             paths: std::sync::Arc::default(),
+            searches,
         })
     }
 
@@ -331,6 +355,9 @@ impl Store {
         match &self.pool {
             Pool::Sqlite(p) => p.close().await,
             Pool::Postgres(p) => p.close().await,
+        }
+        if let Some(p) = &self.searches {
+            p.close().await;
         }
     }
 }

@@ -633,16 +633,29 @@ impl Store {
         let (primary, dim) = self.search_pool()?;
         self.on_standby(Read::Search, primary, |p| search(p, dim))
             .await
+            .map_err(|e| match e {
+                StoreError::Db(sqlx::Error::PoolTimedOut) => StoreError::SearchesBusy,
+                e => e,
+            })
     }
 
-    /// The PostgreSQL pool and the vectors' dimension, once enabled.
+    /// The searches' own pool and the vectors' dimension, once enabled.
     fn search_pool(&self) -> Result<(&sqlx::PgPool, usize), StoreError> {
-        match (&self.pool, self.search_schema.get()) {
-            (Pool::Postgres(p), Some(schema)) => Ok((p, schema.dim)),
+        match (&self.searches, self.search_schema.get()) {
+            (Some(p), Some(schema)) => Ok((p, schema.dim)),
             _ => Err(StoreError::Url(
                 "searching in the database needs enable_database_search first".into(),
             )),
         }
+    }
+
+    /// Whether every search connection is taken: a search asked now would
+    /// wait for one ([`StoreError::SearchesBusy`] after a second), so a
+    /// caller refuses it at once instead.
+    pub fn searches_full(&self) -> bool {
+        self.searches
+            .as_ref()
+            .is_some_and(|p| p.size() >= p.options().get_max_connections() && p.num_idle() == 0)
     }
 }
 

@@ -1248,3 +1248,68 @@ async fn needs_pgvector_ts_rank_has_no_bm25_index_to_keep() {
     assert_eq!(store.lexical_ranking(), Some(Lexical::TsRank));
     assert_eq!(store.keep_bm25_fresh(0.0, 0).await.expect("look"), None);
 }
+
+/// The database engine's searches take connections of their own, at most
+/// [`ragtime_store::SEARCH_CONNECTIONS`]: while they are all held (here
+/// by searches waiting on a table lock, as slow ones would), the store
+/// says so, one more search gives up as busy within about a second, and
+/// everything else the store does still gets a connection at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL with pgvector (RAGTIME_TEST_PGVECTOR_BIN)"]
+async fn needs_pgvector_slow_searches_hold_only_their_own_connections() {
+    use sqlx::Connection;
+    let server = PgServer::start();
+    let (store, url) = pgvector_store(&server, "ragtime_search_pool").await;
+    store.enable_database_search(4).await.expect("enable");
+    let coll = store.ensure_collection("c").await.expect("c");
+    for i in 0..3 {
+        store
+            .upsert_document(coll, &numbered(i))
+            .await
+            .expect("upsert");
+    }
+    let search = |s: Store| async move {
+        s.dense_search(coll, &unit([1.0, 0.0, 0.0, 0.0]), 2, &Filter::All, LIMITS)
+            .await
+    };
+    assert!(!store.searches_full());
+    let mut locker = sqlx::PgConnection::connect(&url).await.expect("connect");
+    sqlx::query("BEGIN")
+        .execute(&mut locker)
+        .await
+        .expect("begin");
+    sqlx::query("LOCK TABLE documents, chunks IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut locker)
+        .await
+        .expect("lock");
+    let held: Vec<_> = (0..ragtime_store::SEARCH_CONNECTIONS)
+        .map(|_| tokio::spawn(search(store.clone())))
+        .collect();
+    let t = Instant::now();
+    while !store.searches_full() {
+        assert!(t.elapsed() < Duration::from_secs(10), "never full");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let t = Instant::now();
+    let refused = search(store.clone()).await;
+    assert!(
+        matches!(refused, Err(StoreError::SearchesBusy)),
+        "{refused:?}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    // The store's own connections are all free: lookups, and writes to
+    // what the lock does not cover.
+    let t = Instant::now();
+    assert_eq!(store.collection_id("c").await.expect("lookup"), Some(coll));
+    store.ensure_collection("other").await.expect("create");
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    sqlx::query("ROLLBACK")
+        .execute(&mut locker)
+        .await
+        .expect("rollback");
+    for h in held {
+        assert_eq!(h.await.expect("join").expect("search").len(), 2);
+    }
+    assert!(!store.searches_full());
+    assert_eq!(search(store.clone()).await.expect("search").len(), 2);
+}

@@ -158,6 +158,11 @@ impl IndexEngine for Database {
         &self,
         name: &str,
     ) -> Result<(Arc<dyn Retriever>, Option<Duration>), CorpusError> {
+        // Refused at once when the searches' connections are all taken,
+        // rather than waiting in a queue none of its budget would outlast.
+        if self.shared.store.searches_full() {
+            return Err(CorpusError::Store(StoreError::SearchesBusy));
+        }
         let id = self
             .shared
             .store
@@ -342,6 +347,9 @@ impl DatabaseRetriever {
 fn stage_error(e: StoreError) -> StageError {
     if e.is_query_cancelled() {
         return StageError::Cancelled;
+    }
+    if matches!(e, StoreError::SearchesBusy) {
+        return StageError::Busy(e.to_string());
     }
     StageError::Backend(e.to_string())
 }
