@@ -158,30 +158,25 @@ impl Compiler<'_> {
                 Scalar::Date(ms, _) => ints.push(*ms),
             }
         }
+        let groups = [
+            (
+                texts.len(),
+                Bind::Texts(texts),
+                Scalar::String(String::new()),
+            ),
+            (floats.len(), Bind::Floats(floats), Scalar::Number(0.0)),
+            (bools.len(), Bind::Bools(bools), Scalar::Bool(false)),
+            (ints.len(), Bind::Ints(ints), Scalar::Date(0, String::new())),
+        ];
         let mut parts = Vec::new();
-        if !texts.is_empty() {
-            let p = self.bind(Bind::Texts(texts));
+        for (n, bind, kind) in groups {
+            if n == 0 {
+                continue;
+            }
+            let (guard, lhs, ty) = typed(v, &kind);
+            let p = self.bind(bind);
             parts.push(format!(
-                "(CASE WHEN jsonb_typeof({v}) = 'string' THEN (({v} #>> '{{}}') COLLATE \"C\") = ANY ({p}::text[]) ELSE FALSE END)"
-            ));
-        }
-        if !floats.is_empty() {
-            let p = self.bind(Bind::Floats(floats));
-            parts.push(format!(
-                "(CASE WHEN jsonb_typeof({v}) = 'number' THEN ({v} #>> '{{}}')::float8 = ANY ({p}::float8[]) ELSE FALSE END)"
-            ));
-        }
-        if !bools.is_empty() {
-            let p = self.bind(Bind::Bools(bools));
-            parts.push(format!(
-                "(CASE WHEN jsonb_typeof({v}) = 'boolean' THEN ({v} #>> '{{}}')::boolean = ANY ({p}::boolean[]) ELSE FALSE END)"
-            ));
-        }
-        if !ints.is_empty() {
-            let p = self.bind(Bind::Ints(ints));
-            parts.push(format!(
-                "(CASE WHEN jsonb_typeof({v}) = 'string' AND ragtime_rfc3339_ms({v} #>> '{{}}') IS NOT NULL \
-                 THEN ragtime_rfc3339_ms({v} #>> '{{}}') = ANY ({p}::bigint[]) ELSE FALSE END)"
+                "(CASE WHEN {guard} THEN {lhs} = ANY ({p}::{ty}[]) ELSE FALSE END)"
             ));
         }
         if parts.is_empty() {
@@ -193,29 +188,14 @@ impl Compiler<'_> {
     /// One value `v` (not an array) against `value`: values of another
     /// type are unordered, which only `$ne` passes.
     fn test(&mut self, v: &str, op: Cmp, value: &Scalar) -> String {
-        let (guard, lhs, rhs) = match value {
-            Scalar::Number(n) => (
-                format!("jsonb_typeof({v}) = 'number'"),
-                format!("({v} #>> '{{}}')::float8"),
-                format!("{}::float8", self.bind(Bind::Float(*n))),
-            ),
-            Scalar::Bool(b) => (
-                format!("jsonb_typeof({v}) = 'boolean'"),
-                format!("({v} #>> '{{}}')::boolean"),
-                format!("{}::boolean", self.bind(Bind::Bool(*b))),
-            ),
-            Scalar::String(s) => (
-                format!("jsonb_typeof({v}) = 'string'"),
-                format!("(({v} #>> '{{}}') COLLATE \"C\")"),
-                format!("({}::text COLLATE \"C\")", self.bind(Bind::Text(s.clone()))),
-            ),
-            Scalar::Date(ms, _) => (
-                format!(
-                    "jsonb_typeof({v}) = 'string' AND ragtime_rfc3339_ms({v} #>> '{{}}') IS NOT NULL"
-                ),
-                format!("ragtime_rfc3339_ms({v} #>> '{{}}')"),
-                format!("{}::bigint", self.bind(Bind::Int(*ms))),
-            ),
+        let (guard, lhs, ty) = typed(v, value);
+        let rhs = match value {
+            Scalar::Number(n) => format!("{}::{ty}", self.bind(Bind::Float(*n))),
+            Scalar::Bool(b) => format!("{}::{ty}", self.bind(Bind::Bool(*b))),
+            Scalar::String(s) => {
+                format!("({}::{ty} COLLATE \"C\")", self.bind(Bind::Text(s.clone())))
+            }
+            Scalar::Date(ms, _) => format!("{}::{ty}", self.bind(Bind::Int(*ms))),
         };
         let sql_op = match op {
             Cmp::Eq => "=",
@@ -227,6 +207,36 @@ impl Compiler<'_> {
         };
         let otherwise = sql_bool(op == Cmp::Ne);
         format!("(CASE WHEN {guard} THEN {lhs} {sql_op} {rhs} ELSE {otherwise} END)")
+    }
+}
+
+/// How a value `v` (not an array) of `value`'s type is told and read:
+/// the guard on its JSON type, the value as SQL, and the SQL type a value
+/// of that type binds as.
+fn typed(v: &str, value: &Scalar) -> (String, String, &'static str) {
+    match value {
+        Scalar::Number(_) => (
+            format!("jsonb_typeof({v}) = 'number'"),
+            format!("({v} #>> '{{}}')::float8"),
+            "float8",
+        ),
+        Scalar::Bool(_) => (
+            format!("jsonb_typeof({v}) = 'boolean'"),
+            format!("({v} #>> '{{}}')::boolean"),
+            "boolean",
+        ),
+        Scalar::String(_) => (
+            format!("jsonb_typeof({v}) = 'string'"),
+            format!("(({v} #>> '{{}}') COLLATE \"C\")"),
+            "text",
+        ),
+        Scalar::Date(..) => (
+            format!(
+                "jsonb_typeof({v}) = 'string' AND ragtime_rfc3339_ms({v} #>> '{{}}') IS NOT NULL"
+            ),
+            format!("ragtime_rfc3339_ms({v} #>> '{{}}')"),
+            "bigint",
+        ),
     }
 }
 
