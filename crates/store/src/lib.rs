@@ -2,6 +2,11 @@
 //! default; PostgreSQL is used when the database URL says `postgres://`.
 //! Migrations for both live in the workspace's `migrations/` folder and are
 //! embedded in the binary.
+//!
+//! Reads that follow a write carry `fail` points (`store::corpus_version`,
+//! `store::get_document`): a test built with the `fail` crate's
+//! `failpoints` feature makes them fail as a database gone away right
+//! after a commit would; in any other build they are nothing.
 
 /// Runs one SQL text on whichever pool the store holds (`$N` placeholders
 /// work in SQLite and PostgreSQL alike).

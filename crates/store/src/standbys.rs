@@ -80,6 +80,11 @@ pub(crate) struct Standbys {
     max_lag: Duration,
     /// The primary's WAL position after this process's last write.
     written: AtomicU64,
+    /// Writes whose WAL position could not be read after their commit
+    /// (the primary answered the commit, then not the look): while any is
+    /// unknown no standby serves, until a probe reads the primary's
+    /// position, which is past them.
+    written_unknown: AtomicU64,
     /// The primary's recent WAL positions, oldest first (to date a
     /// standby's replay position).
     history: Mutex<VecDeque<(Instant, u64)>>,
@@ -105,7 +110,10 @@ impl Standbys {
     /// probe, is within the lag and has this process's last write.
     fn usable(&self, s: &Standby) -> bool {
         let st = *lock(&s.state);
-        st.up && st.lag <= self.max_lag && st.replayed >= self.written.load(Ordering::Acquire)
+        st.up
+            && st.lag <= self.max_lag
+            && self.written_unknown.load(Ordering::Acquire) == 0
+            && st.replayed >= self.written.load(Ordering::Acquire)
     }
 }
 
@@ -143,6 +151,7 @@ impl Store {
             list,
             max_lag,
             written: AtomicU64::new(0),
+            written_unknown: AtomicU64::new(0),
             history: Mutex::default(),
         }));
         Ok(self)
@@ -153,10 +162,22 @@ impl Store {
         let (Some(sb), Pool::Postgres(primary)) = (&self.standbys, &self.pool) else {
             return Ok(());
         };
+        let unknown = sb.written_unknown.load(Ordering::Acquire);
         let now: i64 = sqlx::query_scalar(&format!("SELECT {}", lsn("pg_current_wal_lsn()")))
             .fetch_one(primary)
             .await?;
         let now = u64::try_from(now).unwrap_or(0);
+        if unknown > 0 {
+            // Those writes committed before this look: `now` is past them
+            // (one that failed since stays unknown until the next probe).
+            sb.written.fetch_max(now, Ordering::AcqRel);
+            let _ = sb.written_unknown.compare_exchange(
+                unknown,
+                0,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+        }
         let at = Instant::now();
         {
             let mut h = lock(&sb.history);
@@ -206,16 +227,26 @@ impl Store {
 
     /// Notes the primary's WAL position after a write of this process:
     /// no standby serves its searches until it has replayed that far.
-    pub(crate) async fn note_write(&self) -> Result<(), StoreError> {
+    pub(crate) async fn note_write(&self) {
         let (Some(sb), Pool::Postgres(primary)) = (&self.standbys, &self.pool) else {
-            return Ok(());
+            return;
         };
-        let at: i64 = sqlx::query_scalar(&format!("SELECT {}", lsn("pg_current_wal_lsn()")))
-            .fetch_one(primary)
-            .await?;
-        sb.written
-            .fetch_max(u64::try_from(at).unwrap_or(0), Ordering::AcqRel);
-        Ok(())
+        // After a commit: a failed look cannot fail the write, only keep
+        // the standbys from serving until a probe knows where it is.
+        let at: Result<i64, _> =
+            sqlx::query_scalar(&format!("SELECT {}", lsn("pg_current_wal_lsn()")))
+                .fetch_one(primary)
+                .await;
+        match at {
+            Ok(at) => {
+                sb.written
+                    .fetch_max(u64::try_from(at).unwrap_or(0), Ordering::AcqRel);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the primary's position after a write was not read; standbys wait for the next probe");
+                sb.written_unknown.fetch_add(1, Ordering::AcqRel);
+            }
+        }
     }
 
     /// The standby a read may go to now, if any.
