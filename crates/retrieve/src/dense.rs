@@ -330,11 +330,35 @@ impl Vectors {
     }
 }
 
-/// How many calls may be inside one graph at once. usearch gives each
-/// running search or insert one of a fixed set of thread contexts (its
-/// candidate lists and visited set) and fails a call that finds none
-/// free, so a call past this many waits at [`Gate`] for one.
+/// How many calls may be inside one graph at once, at most. usearch gives
+/// each running search or insert one of a fixed set of thread contexts
+/// (its candidate lists and visited set) and fails a call that finds none
+/// free, so a call past the graph's count waits at [`Gate`] for one.
 const CONTEXTS: usize = 64;
+
+/// Points from which a graph has [`CONTEXTS`] contexts. usearch sizes a
+/// graph's striped node locks by its contexts (4 × contexts × M stripes
+/// of a cache line each: 1 MiB at 64 and M = 24, made and touched when
+/// the graph is), so a small graph — most collections of a tenant-heavy
+/// service are — takes [`small_graph_contexts`], and its searches, which
+/// take microseconds, queue for one of them.
+const FULL_CONTEXTS_FROM: usize = 4096;
+
+/// The contexts of a graph under [`FULL_CONTEXTS_FROM`] points: twice the
+/// cores, at least 4.
+fn small_graph_contexts() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (2 * cores).clamp(4, CONTEXTS)
+}
+
+/// The contexts a graph of `capacity` points is given.
+fn contexts_for(capacity: usize) -> usize {
+    if capacity >= FULL_CONTEXTS_FROM {
+        CONTEXTS
+    } else {
+        small_graph_contexts()
+    }
+}
 
 /// A counting gate in front of a graph's contexts.
 struct Gate {
@@ -345,11 +369,17 @@ struct Gate {
 struct Pass<'a>(&'a Gate);
 
 impl Gate {
-    fn new() -> Self {
+    fn new(contexts: usize) -> Self {
         Self {
-            free: Mutex::new(CONTEXTS),
+            free: Mutex::new(contexts),
             freed: Condvar::new(),
         }
+    }
+
+    /// `more` contexts added (the graph was given them).
+    fn widen(&self, more: usize) {
+        *self.free.lock().unwrap_or_else(PoisonError::into_inner) += more;
+        self.freed.notify_all();
     }
 
     fn enter(&self) -> Pass<'_> {
@@ -384,6 +414,10 @@ impl Drop for Pass<'_> {
 /// point's slot for the next insert.
 pub(crate) struct Graph {
     index: Index,
+    /// The calls inside it, at most its contexts.
+    gate: Gate,
+    /// Its contexts ([`contexts_for`]).
+    contexts: usize,
 }
 
 impl Graph {
@@ -402,10 +436,33 @@ impl Graph {
             multi: false,
         };
         let index = Index::new(&options).map_err(graph_error("making the graph"))?;
+        Self::sized(index, 16)
+    }
+
+    /// `index` with room for `capacity` points and the contexts that
+    /// many take.
+    fn sized(index: Index, capacity: usize) -> Result<Self, IndexError> {
+        let contexts = contexts_for(capacity);
         index
-            .reserve_capacity_and_threads(16, CONTEXTS)
+            .reserve_capacity_and_threads(capacity, contexts)
             .map_err(graph_error("sizing the graph"))?;
-        Ok(Self { index })
+        Ok(Self {
+            index,
+            gate: Gate::new(contexts),
+            contexts,
+        })
+    }
+
+    /// Room for `capacity` points, with the contexts that many take. Only
+    /// with no call inside (the caller holds the graph alone).
+    fn grow(&mut self, capacity: usize) -> Result<(), IndexError> {
+        let contexts = contexts_for(capacity).max(self.contexts);
+        self.index
+            .reserve_capacity_and_threads(capacity, contexts)
+            .map_err(graph_error("growing the graph"))?;
+        self.gate.widen(contexts - self.contexts);
+        self.contexts = contexts;
+        Ok(())
     }
 
     /// The graph saved at `path`, checked to be one of `dim` int8
@@ -428,17 +485,15 @@ impl Graph {
         let index = Index::new(&IndexOptions::from(meta))
             .map_err(graph_error("making the graph to load"))?;
         index.load(name).map_err(graph_error("loading the graph"))?;
-        index
-            .reserve_capacity_and_threads(index.size() + 16, CONTEXTS)
-            .map_err(graph_error("sizing the graph"))?;
-        Ok(Self { index })
+        let capacity = index.size() + 16;
+        Self::sized(index, capacity)
     }
 
     /// Inserts (or replaces) one point; an error is logged, not returned:
     /// the vector is still held at full precision, where exact scans find
     /// it, and the next rebuild adds it.
-    fn insert(&self, gate: &Gate, id: u64, q: &[i8]) {
-        let _pass = gate.enter();
+    fn insert(&self, id: u64, q: &[i8]) {
+        let _pass = self.gate.enter();
         if self.index.contains(id) {
             let _ = self.index.remove(id);
         }
@@ -448,35 +503,29 @@ impl Graph {
     }
 
     /// Inserts points, on every core for a batch worth it.
-    fn insert_all(&self, gate: &Gate, items: &[(u64, Vec<i8>)]) {
+    fn insert_all(&self, items: &[(u64, Vec<i8>)]) {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         if items.len() > 64 && threads > 1 {
             std::thread::scope(|s| {
                 for part in items.chunks(items.len().div_ceil(threads)) {
                     s.spawn(move || {
                         for (id, q) in part {
-                            self.insert(gate, *id, q);
+                            self.insert(*id, q);
                         }
                     });
                 }
             });
         } else {
             for (id, q) in items {
-                self.insert(gate, *id, q);
+                self.insert(*id, q);
             }
         }
     }
 
     /// The `count` points nearest `q` that `allow` accepts (every point
     /// when `None`), nearest first.
-    fn search(
-        &self,
-        gate: &Gate,
-        q: &[i8],
-        count: usize,
-        allow: Option<&dyn Fn(u64) -> bool>,
-    ) -> Vec<u64> {
-        let _pass = gate.enter();
+    fn search(&self, q: &[i8], count: usize, allow: Option<&dyn Fn(u64) -> bool>) -> Vec<u64> {
+        let _pass = self.gate.enter();
         let found = match allow {
             None => self.index.search(q, count),
             Some(allow) => self.index.filtered_search(q, count, allow),
@@ -502,7 +551,6 @@ pub struct Dense {
     /// Searches and inserts hold it shared (the graph takes concurrent
     /// calls); growing its capacity or replacing it holds it alone.
     graph: RwLock<Option<Graph>>,
-    gate: Gate,
     vectors: RwLock<Vectors>,
     /// How many points `vectors` holds, set under its write lock, so that
     /// a search reads it without taking the lock a second time (behind a
@@ -554,7 +602,6 @@ impl Dense {
             dim,
             params,
             graph: RwLock::new(None),
-            gate: Gate::new(),
             vectors: RwLock::new(Vectors::new(dim)),
             live: AtomicUsize::new(0),
             removed: AtomicUsize::new(0),
@@ -638,9 +685,7 @@ impl Dense {
         };
         let (size, capacity) = (g.index.size(), g.index.capacity());
         if size + more > capacity {
-            g.index
-                .reserve_capacity_and_threads((size + more).max(capacity + capacity / 2), CONTEXTS)
-                .map_err(graph_error("growing the graph"))?;
+            g.grow((size + more).max(capacity + capacity / 2))?;
         }
         Ok(())
     }
@@ -658,7 +703,7 @@ impl Dense {
             Ok(()) => {
                 let graph = self.graph.read().unwrap_or_else(PoisonError::into_inner);
                 if let Some(g) = graph.as_ref() {
-                    g.insert_all(&self.gate, &quantized);
+                    g.insert_all(&quantized);
                 }
             }
             // The vectors are still held (exact scans find them); the
@@ -686,7 +731,7 @@ impl Dense {
                 if vectors.remove(*id as usize) {
                     gone += 1;
                     if let Some(g) = graph.as_ref() {
-                        let _pass = self.gate.enter();
+                        let _pass = g.gate.enter();
                         let _ = g.index.remove(*id as u64);
                     }
                 }
@@ -713,10 +758,8 @@ impl Dense {
             .iter()
             .map(|(id, v)| (id as u64, quantize(v)))
             .collect();
-        let graph = match Graph::new(self.dim, &self.params).and_then(|g| {
-            g.index
-                .reserve_capacity_and_threads(quantized.len() + 16, CONTEXTS)
-                .map_err(graph_error("sizing the graph"))?;
+        let graph = match Graph::new(self.dim, &self.params).and_then(|mut g| {
+            g.grow(quantized.len() + 16)?;
             Ok(g)
         }) {
             Ok(g) => g,
@@ -725,7 +768,7 @@ impl Dense {
                 return;
             }
         };
-        graph.insert_all(&self.gate, &quantized);
+        graph.insert_all(&quantized);
         *self.graph.write().unwrap_or_else(PoisonError::into_inner) = Some(graph);
         self.removed.store(0, Ordering::Relaxed);
     }
@@ -903,7 +946,7 @@ impl Dense {
                     let Some(g) = graph.as_ref() else {
                         return self.scan(query, k, None, cancel);
                     };
-                    g.search(&self.gate, &quantize(query), ef, None)
+                    g.search(&quantize(query), ef, None)
                 };
                 (self.rescore(query, found, k), SearchPath::Graph)
             }
@@ -926,7 +969,7 @@ impl Dense {
                         return self.scan(query, k, Some(set.as_slice()), cancel);
                     };
                     let allow = |id: u64| set.binary_search(&(id as usize)).is_ok();
-                    g.search(&self.gate, &quantize(query), ef, Some(&allow))
+                    g.search(&quantize(query), ef, Some(&allow))
                 };
                 (self.rescore(query, found, k), SearchPath::FilteredGraph)
             }

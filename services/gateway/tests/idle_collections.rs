@@ -2,7 +2,8 @@
 //! threads are the process's, so no other test may run beside it): 100
 //! collections created and left idle add no threads and at most 10 MiB of
 //! RSS; creating and deleting them ten times over leaves RSS within 10 % of
-//! what it was after the first round.
+//! what it was after the first round; and 50 collections of one document
+//! each, left idle, add at most 10 MiB.
 
 #[path = "api/fake_llm.rs"]
 #[allow(dead_code)]
@@ -92,5 +93,31 @@ async fn idle_collections_cost_no_threads_and_their_memory_is_reused() {
     assert!(
         after_ten * 10 <= after_first * 11,
         "RSS {after_first} -> {after_ten} KiB: memory is not reused"
+    );
+
+    // Collections that hold a document hold indexes: with the allocator
+    // warm (a few hundred writes, as a running service has had), 50 more
+    // of one document each add what their indexes need, not megabytes
+    // each.
+    let one = |collection: String, id: usize| {
+        json!({"collection": collection, "documents": [
+            {"id": format!("d{id}"), "text": format!("Mitochondria produce energy for cell {id}.")}
+        ]})
+    };
+    for i in 0..300 {
+        app.ingest(one("warm".into(), i)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (_, rss3) = proc_status();
+    for i in 0..50 {
+        app.ingest(one(format!("held-{i}"), i)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (_, rss4) = proc_status();
+    eprintln!("50 collections of one document: RSS {rss3} -> {rss4} KiB");
+    assert!(
+        rss4 <= rss3 + 10 * 1024,
+        "50 collections of one document added {} KiB",
+        rss4 - rss3
     );
 }
