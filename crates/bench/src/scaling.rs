@@ -497,6 +497,7 @@ async fn prebuild_snapshot(data: &Path, ef_construction: usize) {
         documents: 0,
         saved_at_ms: ragtime_store::now_ms(),
         files: Default::default(),
+        crc32: Default::default(),
         store: store.identity().await.expect("identity"),
     };
     let root = data.join("indexes");

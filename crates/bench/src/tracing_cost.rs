@@ -68,7 +68,8 @@ fn copy_dir(from: &Path, to: &Path) {
 
 /// `ragtime serve` on `data` with the fake backend at `llm`, logs at WARN
 /// and no span export unless `env` (set last) says otherwise; waits until it
-/// is ready and says how long that took.
+/// is ready and says how long that took. With `BENCH_SERVER_LOG=file` its
+/// log (at `RUST_LOG`, as set for the bench, or info) is appended there.
 pub(crate) async fn run_ragtime(
     name: &'static str,
     data: &Path,
@@ -83,11 +84,23 @@ pub(crate) async fn run_ragtime(
         .env("RAGTIME__SERVER__ADDR", format!("127.0.0.1:{port}"))
         .env("RAGTIME__DATA_DIR", data)
         .env("RAGTIME__LLM__BASE_URL", llm)
-        .env("RUST_LOG", "warn")
         .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        .stdout(Stdio::null());
+    match std::env::var_os("BENCH_SERVER_LOG") {
+        Some(file) => {
+            let log = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&file)
+                .expect("BENCH_SERVER_LOG");
+            let level = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into());
+            cmd.env("RUST_LOG", level).stderr(log);
+        }
+        None => {
+            cmd.env("RUST_LOG", "warn").stderr(Stdio::null());
+        }
+    }
+    cmd.envs(env.iter().map(|(k, v)| (*k, v.as_str())));
     let child = cmd.spawn().expect("start ragtime");
     let p = Proc {
         name,

@@ -348,8 +348,9 @@ fn snapshot_dir(root: &std::path::Path) -> std::path::PathBuf {
         .expect("a snapshot")
 }
 
-/// A snapshot with a truncated file, or one a process died loading (its
-/// marker left behind), is not loaded: the collection comes from the store.
+/// A snapshot with a truncated file, a file with a byte changed, or one a
+/// process died loading (its marker left behind), is not loaded: the
+/// collection comes from the store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_or_half_loaded_snapshot_is_not_used() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -400,6 +401,22 @@ async fn a_damaged_or_half_loaded_snapshot_is_not_used() {
     drop(c);
     let d = start().await;
     assert_eq!(d.snapshot_loads(), 1, "the new snapshot is used");
+    drop(d);
+    // One byte changed in the middle of a file, its size the same: the
+    // graph's links and the chunks' words as the loader would walk them.
+    for file in ["dense.usearch", "chunks.texts"] {
+        let path = snapshot_dir(saved.path()).join(file);
+        let mut bytes = std::fs::read(&path).expect("read");
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 0x5a;
+        std::fs::write(&path, &bytes).expect("write");
+        let e = start().await;
+        assert_eq!(e.snapshot_loads(), 0, "a damaged {file} is not loaded");
+        assert_eq!(e.collection("c").await.expect("c").len(), 6);
+        assert_eq!(e.save_snapshots().await.expect("save"), 1, "saved anew");
+        drop(e);
+        assert_eq!(start().await.snapshot_loads(), 1, "the new one is used");
+    }
 }
 
 /// Whether `rag`'s loaded indexes of collection `name` hold exactly what
@@ -702,6 +719,7 @@ fn a_save_failing_at_its_last_step_leaves_nothing() {
         documents: 0,
         saved_at_ms,
         files: Default::default(),
+        crc32: Default::default(),
         store: String::new(),
     };
     snap::save(root.path(), &idx, meta(100)).expect("first save");

@@ -453,6 +453,10 @@ pub struct CollectionIndex {
     /// The most the filter cache holds, in bytes ([`FILTER_CACHE_BYTES`]).
     filter_cache_cap: AtomicUsize,
     last_used: AtomicU64,
+    /// Held by each change from its first step to its last: a compaction
+    /// of the chunks' words needs their spans to stay put while it copies
+    /// them (the pipeline already sends one change at a time).
+    writes: Mutex<()>,
     /// The folder the lexical indexes live in (`None`: in memory); last,
     /// so it is removed after they are closed.
     _folder: Option<WorkDir>,
@@ -522,6 +526,7 @@ impl CollectionIndex {
             filter_cache: Mutex::new(FilterCache::default()),
             filter_cache_cap: AtomicUsize::new(FILTER_CACHE_BYTES),
             last_used: AtomicU64::new(crate::now_ms()),
+            writes: Mutex::new(()),
             _folder: folder,
         })
     }
@@ -595,6 +600,12 @@ impl CollectionIndex {
             + self.documents.mapped_bytes()
     }
 
+    /// Bytes the chunks' words take, live and released, in files and in
+    /// the heap.
+    pub fn words_bytes(&self) -> usize {
+        self.texts.file_bytes() + self.texts.memory_bytes()
+    }
+
     /// Moves on every change: whether the collection changed since a look.
     pub fn version(&self) -> u64 {
         self.version.load(Ordering::Acquire)
@@ -653,6 +664,7 @@ impl CollectionIndex {
         for (_, v) in &chunks {
             self.dense.check_dim(v)?;
         }
+        let _writing = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
         let words = self.texts.append(
             chunks
                 .iter()
@@ -699,16 +711,53 @@ impl CollectionIndex {
                     position: c.position,
                     words,
                 };
-                if corpus.chunks.insert(c.chunk_id, entry).is_none()
-                    && let Some(doc) = corpus.docs.get_mut(&c.document_id)
-                {
-                    doc.chunks.push(c.chunk_id);
+                match corpus.chunks.insert(c.chunk_id, entry) {
+                    Some(old) => self.texts.release(old.words),
+                    None => {
+                        if let Some(doc) = corpus.docs.get_mut(&c.document_id) {
+                            doc.chunks.push(c.chunk_id);
+                        }
+                    }
                 }
                 corpus.by_external.insert(external_id, c.document_id);
             }
         }
         self.reindex_documents(&touched)?;
         self.version.fetch_add(1, Ordering::AcqRel);
+        self.compact_texts_if_wasteful()
+    }
+
+    /// Copies the live chunks' words into a new file once the released
+    /// ones outweigh them ([`Texts::wasteful`]); searches go on while it
+    /// copies and wait only for the spans to be swapped. Called by a
+    /// change, holding [`CollectionIndex::writes`].
+    fn compact_texts_if_wasteful(&self) -> Result<(), IndexError> {
+        if !self.texts.wasteful() {
+            return Ok(());
+        }
+        let started = std::time::Instant::now();
+        let (ids, spans): (Vec<i64>, Vec<Span>) = {
+            let corpus = self.corpus.read().unwrap_or_else(PoisonError::into_inner);
+            corpus.chunks.iter().map(|(id, c)| (*id, c.words)).unzip()
+        };
+        let before = self.words_bytes();
+        let (compacted, moved) = self.texts.compacted(&spans)?;
+        {
+            let mut corpus = self.corpus.write().unwrap_or_else(PoisonError::into_inner);
+            self.texts.install(compacted)?;
+            for (id, span) in ids.iter().zip(moved) {
+                if let Some(c) = corpus.chunks.get_mut(id) {
+                    c.words = span;
+                }
+            }
+        }
+        tracing::info!(
+            chunks = ids.len(),
+            bytes_before = before,
+            bytes_after = self.words_bytes(),
+            took_ms = started.elapsed().as_millis() as u64,
+            "chunks' words compacted"
+        );
         Ok(())
     }
 
@@ -767,15 +816,18 @@ impl CollectionIndex {
         if chunk_ids.is_empty() {
             return Ok(());
         }
+        let _writing = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
         let ids: Vec<u64> = chunk_ids.iter().map(|id| *id as u64).collect();
         self.lexical.replace(&ids, std::iter::empty())?;
         let mut touched = Vec::new();
         {
             let mut corpus = self.corpus.write().unwrap_or_else(PoisonError::into_inner);
             for id in chunk_ids {
-                if let Some(c) = corpus.chunks.remove(id)
-                    && let Some(doc) = corpus.docs.get_mut(&c.document_id)
-                {
+                let Some(c) = corpus.chunks.remove(id) else {
+                    continue;
+                };
+                self.texts.release(c.words);
+                if let Some(doc) = corpus.docs.get_mut(&c.document_id) {
                     touched.push(c.document_id);
                     doc.chunks.retain(|x| x != id);
                     if doc.chunks.is_empty() {
@@ -795,7 +847,7 @@ impl CollectionIndex {
         touched.dedup();
         self.reindex_documents(&touched)?;
         self.version.fetch_add(1, Ordering::AcqRel);
-        Ok(())
+        self.compact_texts_if_wasteful()
     }
 
     /// The chunks `filter` allows (cached until the collection changes).
@@ -1087,7 +1139,7 @@ impl CollectionIndex {
             std::fs::create_dir(dir.join(name))?;
             index.save(&dir.join(name))?;
         }
-        sync_tree(dir, dir, &mut saved.files)?;
+        sync_tree(dir, dir, &mut saved)?;
         Ok(saved)
     }
 
@@ -1139,6 +1191,7 @@ impl CollectionIndex {
             filter_cache: Mutex::new(FilterCache::default()),
             filter_cache_cap: AtomicUsize::new(FILTER_CACHE_BYTES),
             last_used: AtomicU64::new(crate::now_ms()),
+            writes: Mutex::new(()),
             _folder: folder,
         })
     }

@@ -23,7 +23,7 @@ mod workspace;
 pub use collection::{Allowed, AllowedSet, CollectionIndex, in_document_score};
 pub use dense::{CLIP_SIGMAS, DenseParams, SearchPath, dot_i8, quantize_at};
 pub use lexical::{AUTO_MAX_CHUNKS, Boosts, LexicalUnit};
-pub use snapshot::Saved;
+pub use snapshot::{Saved, verify_files};
 pub use workspace::{WorkDir, Workspace};
 
 use ragtime_core::Filter;

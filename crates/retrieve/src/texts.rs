@@ -12,8 +12,14 @@
 //!
 //! A record is two little-endian `u32` lengths (section, text) and the two
 //! strings; a [`Span`] is where one lies. A record is written once and
-//! never changed: a chunk rewritten gets a new record, the old one is left
-//! unreferenced until the next snapshot, which writes only the live ones.
+//! never changed: a chunk rewritten gets a new record and the old one is
+//! [released](Texts::release). Once the released bytes pass the live ones
+//! by [`COMPACT_FLOOR`] ([`Texts::wasteful`]), the collection copies its
+//! live records into a new file ([`Texts::compacted`]) and swaps it in
+//! with their new spans ([`Texts::install`]), the snapshot's mapped file
+//! dropped with the rest: a collection whose documents are rewritten holds
+//! at most about twice its live words on disk (or in the heap), and each
+//! byte written is copied about once more.
 
 use crate::IndexError;
 use std::fs::File;
@@ -45,16 +51,48 @@ pub(crate) struct Words {
     pub text: String,
 }
 
+/// Released bytes past the live ones that a compaction waits for: a small
+/// collection is not copied over for a few rewrites.
+pub const COMPACT_FLOOR: u64 = 4 << 20;
+
+/// The name of the records' file in a work folder, and of the one a
+/// compaction writes before it is swapped in.
+const SINK_FILE: &str = "texts";
+const COMPACTING_FILE: &str = "texts.compacting";
+
 enum Sink {
     Memory(Vec<u8>),
     File { file: File, len: u64 },
 }
 
-pub(crate) struct Texts {
+impl Sink {
+    fn len(&self) -> u64 {
+        match self {
+            Sink::Memory(v) => v.len() as u64,
+            Sink::File { len, .. } => *len,
+        }
+    }
+}
+
+struct Held {
     /// The opened snapshot's file, read in place.
     saved: Option<OwnedBytes>,
     /// The records written since.
-    sink: RwLock<Sink>,
+    sink: Sink,
+}
+
+pub(crate) struct Texts {
+    held: RwLock<Held>,
+    /// Where the records' file is (`None`: in the heap).
+    folder: Option<PathBuf>,
+    /// Bytes of records no chunk reads any more.
+    released: std::sync::atomic::AtomicU64,
+}
+
+/// A compaction's new records, made by [`Texts::compacted`] and swapped in
+/// by [`Texts::install`].
+pub(crate) struct Compacted {
+    sink: Sink,
 }
 
 fn encode(out: &mut Vec<u8>, section: &str, text: &str) -> Result<u32, IndexError> {
@@ -101,18 +139,16 @@ impl Texts {
             None => Sink::Memory(Vec::new()),
             Some(folder) => {
                 std::fs::create_dir_all(folder)?;
-                let file = std::fs::OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create(true)
-                    .truncate(true)
-                    .open(folder.join("texts"))?;
-                Sink::File { file, len: 0 }
+                Sink::File {
+                    file: create(&folder.join(SINK_FILE))?,
+                    len: 0,
+                }
             }
         };
         Ok(Self {
-            saved: None,
-            sink: RwLock::new(sink),
+            held: RwLock::new(Held { saved: None, sink }),
+            folder: folder.map(Path::to_owned),
+            released: Default::default(),
         })
     }
 
@@ -125,15 +161,92 @@ impl Texts {
         if map.len() < MAGIC.len() || &map.as_slice()[..MAGIC.len()] != MAGIC {
             return Err(bad("not a texts file"));
         }
-        let mut me = Self::new(folder)?;
-        me.saved = Some(map);
+        let me = Self::new(folder)?;
+        me.write().saved = Some(map);
         Ok(me)
+    }
+
+    fn read_held(&self) -> std::sync::RwLockReadGuard<'_, Held> {
+        self.held.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Held> {
+        self.held.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Marks the record at `span` as read by no chunk any more.
+    pub fn release(&self, span: Span) {
+        self.released
+            .fetch_add(u64::from(span.len), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether the released records are worth a compaction: more of them
+    /// than live ones, by [`COMPACT_FLOOR`].
+    pub fn wasteful(&self) -> bool {
+        let held = self.read_held();
+        let all = held.sink.len() + held.saved.as_ref().map_or(0, |m| m.len() as u64);
+        let released = self.released.load(std::sync::atomic::Ordering::Relaxed);
+        let live = all.saturating_sub(released);
+        released > live + COMPACT_FLOOR
+    }
+
+    /// The records at `spans` copied, in order, into a new file of the work
+    /// folder (a new heap buffer without one), and their new spans; nothing
+    /// changes until [`Texts::install`]. The caller holds off every write
+    /// meanwhile (the spans must stay the live ones); reads go on.
+    pub fn compacted(&self, spans: &[Span]) -> Result<(Compacted, Vec<Span>), IndexError> {
+        let mut out = Vec::with_capacity(spans.len());
+        let mut record = Vec::new();
+        let mut at = 0u64;
+        let sink = match &self.folder {
+            None => {
+                let mut buf = Vec::new();
+                for span in spans {
+                    self.copy(*span, &mut record)?;
+                    buf.extend_from_slice(&record);
+                    out.push(Span { at, len: span.len });
+                    at += u64::from(span.len);
+                }
+                buf.shrink_to_fit();
+                Sink::Memory(buf)
+            }
+            Some(folder) => {
+                let path = folder.join(COMPACTING_FILE);
+                let file = create(&path)?;
+                let mut writer = BufWriter::with_capacity(1 << 20, &file);
+                for span in spans {
+                    self.copy(*span, &mut record)?;
+                    writer.write_all(&record)?;
+                    out.push(Span { at, len: span.len });
+                    at += u64::from(span.len);
+                }
+                writer.flush()?;
+                drop(writer);
+                Sink::File { file, len: at }
+            }
+        };
+        Ok((Compacted { sink }, out))
+    }
+
+    /// Swaps in a compaction's records (the caller swaps in their spans
+    /// under the same lock its readers take): the old file is removed and
+    /// the snapshot's file unmapped.
+    pub fn install(&self, compacted: Compacted) -> Result<(), IndexError> {
+        if let Some(folder) = &self.folder {
+            // The old file's handle stays valid for a read under way.
+            std::fs::rename(folder.join(COMPACTING_FILE), folder.join(SINK_FILE))?;
+        }
+        let mut held = self.write();
+        held.sink = compacted.sink;
+        held.saved = None;
+        self.released.store(0, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 
     /// The span of the opened snapshot's record at `at`, `len` bytes
     /// long; `None` where the file does not hold it.
     pub fn saved_span(&self, at: u64, len: u32) -> Option<Span> {
-        let size = self.saved.as_ref()?.len() as u64;
+        let size = self.read_held().saved.as_ref()?.len() as u64;
         let end = at.checked_add(u64::from(len))?;
         (at >= MAGIC.len() as u64 && end <= size && len as usize >= LENGTHS).then_some(Span {
             at: at | SAVED,
@@ -171,9 +284,14 @@ impl Texts {
         for (section, text) in records {
             lens.push(encode(&mut buf, section, text)?);
         }
-        let mut sink = self.sink.write().unwrap_or_else(PoisonError::into_inner);
-        let start = match &mut *sink {
+        let mut held = self.write();
+        let start = match &mut held.sink {
             Sink::Memory(v) => {
+                // Grown by a quarter, not doubled: what a compaction
+                // bounds is not then twice over in spare capacity.
+                if v.capacity() - v.len() < buf.len() {
+                    v.reserve_exact(buf.len().max(v.len() / 4));
+                }
                 let start = v.len() as u64;
                 v.extend_from_slice(&buf);
                 start
@@ -205,16 +323,16 @@ impl Texts {
         f: impl FnOnce(&[u8]) -> Result<R, IndexError>,
     ) -> Result<R, IndexError> {
         let len = span.len as usize;
+        let held = self.read_held();
         if span.at & SAVED != 0 {
             let at = (span.at & !SAVED) as usize;
-            let map = self
+            let map = held
                 .saved
                 .as_ref()
                 .ok_or_else(|| IndexError::Snapshot("no saved texts".into()))?;
             return f(&map.as_slice()[at..at + len]);
         }
-        let sink = self.sink.read().unwrap_or_else(PoisonError::into_inner);
-        match &*sink {
+        match &held.sink {
             Sink::Memory(v) => f(&v[span.at as usize..span.at as usize + len]),
             Sink::File { file, .. } => {
                 let mut record = vec![0; len];
@@ -242,7 +360,7 @@ impl Texts {
 
     /// Heap bytes the records take (those of a collection in memory).
     pub fn memory_bytes(&self) -> usize {
-        match &*self.sink.read().unwrap_or_else(PoisonError::into_inner) {
+        match &self.read_held().sink {
             Sink::Memory(v) => v.capacity(),
             Sink::File { .. } => 0,
         }
@@ -250,12 +368,24 @@ impl Texts {
 
     /// Bytes of the files the records are read from in place.
     pub fn file_bytes(&self) -> usize {
-        let written = match &*self.sink.read().unwrap_or_else(PoisonError::into_inner) {
+        let held = self.read_held();
+        let written = match &held.sink {
             Sink::Memory(_) => 0,
             Sink::File { len, .. } => *len as usize,
         };
-        written + self.saved.as_ref().map_or(0, OwnedBytes::len)
+        written + held.saved.as_ref().map_or(0, OwnedBytes::len)
     }
+}
+
+/// A new records file at `path` (emptied if there was one), open to read
+/// and write.
+fn create(path: &Path) -> std::io::Result<File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
 }
 
 /// Writes a snapshot's texts file: the records given, in order, each

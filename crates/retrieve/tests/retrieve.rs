@@ -1709,3 +1709,84 @@ fn a_filter_walk_stops_once_its_search_is_cancelled() {
     let whole = idx.allowed_within(&f, &Cancel::new()).expect("answered");
     assert_eq!(whole.count(10_000), 10_000 / 7 + 1);
 }
+
+/// Documents rewritten over and over (a collection opened from its
+/// snapshot, and one in memory): the chunks' words held stay within about
+/// twice the live ones, on disk and in the heap, and every chunk reads its
+/// latest words, lexical search finding them.
+#[test]
+fn rewritten_chunks_words_are_compacted_and_read_their_latest_text() {
+    let (n, dim) = (100, 8);
+    let vs = vectors(n, dim, 5);
+    // About 10 KiB a chunk: 1 MiB live, 40 MiB written over the rounds.
+    let words = |i: usize, round: usize| {
+        format!(
+            "chunk {i} round{round} {}",
+            "filler ".repeat(1400 + (i + round) % 13)
+        )
+    };
+    let batch = |round: usize| -> Vec<(Chunk, Vec<f32>)> {
+        (0..n)
+            .map(|i| {
+                (
+                    entry(i as i64 + 1, &words(i, round), json!({})),
+                    vs[i].clone(),
+                )
+            })
+            .collect()
+    };
+    let live = |round: usize| -> usize { (0..n).map(|i| words(i, round).len() + 8).sum() };
+    let seed = CollectionIndex::new(dim, DenseParams::default()).expect("index");
+    seed.add(batch(0)).expect("add");
+    let saved = tempfile::tempdir().expect("tempdir");
+    seed.save(saved.path()).expect("save");
+    let work = tempfile::tempdir().expect("tempdir");
+    let workspace = ragtime_retrieve::Workspace::new(work.path()).expect("workspace");
+    let opened = CollectionIndex::load(
+        saved.path(),
+        dim,
+        DenseParams::default(),
+        Some(workspace.folder().expect("folder")),
+    )
+    .expect("load");
+    for idx in [&opened, &seed] {
+        let mut most = 0;
+        for round in 1..=40 {
+            // Rewritten in place (same chunk ids), and every fifth round
+            // removed and written anew.
+            if round % 5 == 0 {
+                let ids: Vec<i64> = (1..=n as i64).collect();
+                idx.remove(&ids).expect("remove");
+            }
+            idx.add(batch(round)).expect("add");
+            most = most.max(idx.words_bytes());
+        }
+        // Twice the live words and the floor, a quarter more for a heap
+        // buffer's spare capacity.
+        let bound = (2 * live(40) + (4 << 20)) * 5 / 4 + (1 << 20);
+        eprintln!(
+            "live words {} bytes; most held over 40 rounds {most} bytes (bound {bound})",
+            live(40)
+        );
+        assert!(most <= bound, "{most} bytes held for {} live", live(40));
+        for i in [0, 37, 99] {
+            let c = idx.chunk(i as i64 + 1).expect("chunk");
+            assert_eq!(c.text, words(i, 40));
+        }
+        let hits = idx
+            .lexical_search("round40", 200, &Allowed::All, &Cancel::new())
+            .expect("search");
+        assert_eq!(hits.len(), n);
+        assert!(
+            idx.lexical_search("round39", 5, &Allowed::All, &Cancel::new())
+                .expect("search")
+                .is_empty()
+        );
+    }
+    // What a compacted collection saves reads back the same.
+    let again = tempfile::tempdir().expect("tempdir");
+    opened.save(again.path()).expect("save");
+    let reopened =
+        CollectionIndex::load(again.path(), dim, DenseParams::default(), None).expect("reload");
+    assert_eq!(reopened.chunk(50).expect("chunk").text, words(49, 40));
+}

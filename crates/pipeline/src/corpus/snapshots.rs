@@ -5,12 +5,13 @@
 //! ([`CollectionIndex::save`]) and `snapshot.json`: the store's change-log
 //! position it reflects (and that entry's time, so a snapshot of another
 //! database with the same ids is refused), its counts, the vector
-//! dimension and every file's size. It is written as
+//! dimension and every file's size and CRC-32. It is written as
 //! `<position>.saving-<run>` and renamed once complete and flushed; such a
 //! folder is never read, is removed at once if the save fails, and is
 //! removed by the next save once its run is over. Before a load its files'
-//! sizes are checked (a native loader may end the process on a truncated
-//! file rather than return an error: hnsw_rs did), and a `loading-<run>`
+//! sizes and checksums are checked (a native loader may end the process on
+//! a truncated file rather than return an error: hnsw_rs did; and it walks
+//! a damaged graph's links wherever they point), and a `loading-<run>`
 //! marker is left in the folder while it loads: a process that died
 //! loading it leaves the marker, and the next start refuses the snapshot
 //! instead of dying again.
@@ -79,6 +80,10 @@ pub struct SnapshotMeta {
     /// Every file's path in the folder and size in bytes.
     #[serde(default)]
     pub files: BTreeMap<String, u64>,
+    /// Every file's CRC-32, by its path (none in a snapshot an older build
+    /// saved: its sizes alone are checked).
+    #[serde(default)]
+    pub crc32: BTreeMap<String, u32>,
     /// The store's name ([`ragtime_store::Store::identity`]): what tells
     /// that it was saved from this store once its position's entry is
     /// trimmed (its collection did not change since).
@@ -213,10 +218,12 @@ fn write(
         chunks,
         documents,
         files,
+        crc32,
     } = index.save(tmp)?;
     meta.chunks = chunks;
     meta.documents = documents;
     meta.files = files;
+    meta.crc32 = crc32;
     let record = serde_json::to_vec_pretty(&meta).map_err(std::io::Error::other)?;
     let file = tmp.join(META);
     std::fs::write(&file, record)?;
@@ -235,22 +242,11 @@ fn write(
 }
 
 /// Checks that a snapshot's files are all there at their recorded sizes
-/// and that no run died loading it.
+/// and checksums, and that no run died loading it. Blocking: it reads
+/// every file.
 pub fn check(dir: &Path, meta: &SnapshotMeta) -> Result<(), String> {
     if meta.files.is_empty() {
         return Err("its record lists no files".into());
-    }
-    for (file, size) in &meta.files {
-        match std::fs::metadata(dir.join(file)) {
-            Ok(m) if m.len() == *size => {}
-            Ok(m) => {
-                return Err(format!(
-                    "{file} has {} bytes, its record says {size}",
-                    m.len()
-                ));
-            }
-            Err(e) => return Err(format!("{file}: {e}")),
-        }
     }
     for entry in std::fs::read_dir(dir).map_err(|e| e.to_string())?.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
@@ -258,7 +254,7 @@ pub fn check(dir: &Path, meta: &SnapshotMeta) -> Result<(), String> {
             return Err("a process died loading it".into());
         }
     }
-    Ok(())
+    ragtime_retrieve::verify_files(dir, &meta.files, &meta.crc32)
 }
 
 /// Marks a snapshot as being loaded by this run until dropped (a marker
@@ -577,21 +573,30 @@ impl Resident {
                 meta.log_position
             )));
         }
-        check(dir, meta).map_err(untrusted)?;
-        // Left behind if the process dies loading (a native loader may
-        // end it on a damaged file): the next start then refuses the
-        // snapshot.
-        let loading = Loading::begin(dir).map_err(untrusted)?;
         let (dir, dim, params) = (dir.to_owned(), self.indexes.dim(), self.indexes.params());
         let folder = self.indexes.folder();
-        // On a blocking thread: a panic in the graph's loader is then an
-        // error here, not the process's end.
-        let idx =
-            tokio::task::spawn_blocking(move || CollectionIndex::load(&dir, dim, params, folder))
-                .await
-                .map_err(|e| untrusted(format!("loading panicked: {e}")))?
-                .map_err(|e| untrusted(e.to_string()))?;
-        drop(loading);
+        let record = meta.clone();
+        // On a blocking thread (the check reads every file): a panic in
+        // the graph's loader is then an error here, not the process's end.
+        let idx = tokio::task::spawn_blocking(move || {
+            let checked = Instant::now();
+            check(&dir, &record)?;
+            tracing::info!(
+                path = %dir.display(),
+                took_ms = checked.elapsed().as_millis() as u64,
+                "snapshot files checked"
+            );
+            // Left behind if the process dies loading (a native loader
+            // may end it on a damaged file): the next start then refuses
+            // the snapshot.
+            let loading = Loading::begin(&dir)?;
+            let idx = CollectionIndex::load(&dir, dim, params, folder).map_err(|e| e.to_string());
+            drop(loading);
+            idx
+        })
+        .await
+        .map_err(|e| untrusted(format!("loading panicked: {e}")))?
+        .map_err(untrusted)?;
         if idx.len() != meta.chunks || idx.documents() != meta.documents {
             return Err(untrusted(format!(
                 "holds {} chunks of {} documents, its record says {} of {}",
@@ -683,6 +688,7 @@ impl Resident {
                         documents: 0,
                         saved_at_ms: ragtime_store::now_ms(),
                         files: Default::default(),
+                        crc32: Default::default(),
                         store,
                     };
                     let (root, index) = (cfg.dir.clone(), idx.clone());
