@@ -198,30 +198,25 @@ impl Texts {
         let mut out = Vec::with_capacity(spans.len());
         let mut record = Vec::new();
         let mut at = 0u64;
+        let mut copy_into = |to: &mut dyn Write| -> Result<(), IndexError> {
+            for span in spans {
+                self.copy(*span, &mut record)?;
+                to.write_all(&record)?;
+                out.push(Span { at, len: span.len });
+                at += u64::from(span.len);
+            }
+            Ok(to.flush()?)
+        };
         let sink = match &self.folder {
             None => {
                 let mut buf = Vec::new();
-                for span in spans {
-                    self.copy(*span, &mut record)?;
-                    buf.extend_from_slice(&record);
-                    out.push(Span { at, len: span.len });
-                    at += u64::from(span.len);
-                }
+                copy_into(&mut buf)?;
                 buf.shrink_to_fit();
                 Sink::Memory(buf)
             }
             Some(folder) => {
-                let path = folder.join(COMPACTING_FILE);
-                let file = create(&path)?;
-                let mut writer = BufWriter::with_capacity(1 << 20, &file);
-                for span in spans {
-                    self.copy(*span, &mut record)?;
-                    writer.write_all(&record)?;
-                    out.push(Span { at, len: span.len });
-                    at += u64::from(span.len);
-                }
-                writer.flush()?;
-                drop(writer);
+                let file = create(&folder.join(COMPACTING_FILE))?;
+                copy_into(&mut BufWriter::with_capacity(1 << 20, &file))?;
                 Sink::File { file, len: at }
             }
         };
