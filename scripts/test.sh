@@ -14,6 +14,7 @@
 #   needs_chromium       Debian's chromium + playwright-core (installed here)
 #   needs_phoenix        Arize Phoenix, a trace store (pinned, installed here)
 #   needs_kubectl        kubectl 1.21 or later: its kustomize renders deploy/k8s
+#   needs_mount          root, able to mount a tmpfs (a disk that fills up)
 #
 # With RAGTIME_TEST_REQUIRE_ALL=1 (CI), a missing group fails the run.
 set -euo pipefail
@@ -172,6 +173,18 @@ group chromium "chromium and npm (install them, or run as root with apt-get)" \
   "$([ -n "${RAGTIME_TEST_NODE_PATH:-}" ] && echo 1)"
 group kubectl "kubectl 1.21 or later (its kustomize renders deploy/k8s; Debian bookworm's kubernetes-client is too old)" \
   "$([ -n "${RAGTIME_TEST_KUBECTL:-}" ] && echo 1)"
+
+# Whether a tmpfs can be mounted here (root, and allowed to in a container).
+can_mount() {
+  local d
+  d="$(mktemp -d)"
+  if mount -t tmpfs -o size=1m tmpfs "$d" 2>/dev/null; then
+    umount "$d"; rmdir "$d"; echo 1
+  else
+    rmdir "$d"
+  fi
+}
+group mount "root, able to mount a tmpfs (a test fills a small disk)" "$(can_mount)"
 
 status=0
 cargo test --workspace --locked "$@" -- --include-ignored "${skip[@]}" || status=$?

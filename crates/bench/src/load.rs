@@ -139,12 +139,12 @@ impl Server {
 
 /// What one streamed chat came to.
 #[derive(Debug, Clone)]
-struct Answer {
-    status: u16,
-    reason: Option<PartialReason>,
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) reason: Option<PartialReason>,
     first_chunk: Option<Duration>,
     ttft: Option<Duration>,
-    total: Duration,
+    pub(crate) total: Duration,
     /// The answer's time minus its budget (ms); negative when early.
     over_budget_ms: f64,
     /// The `llm_ttft` stage's note, when the answer was not the model's.
@@ -154,7 +154,7 @@ struct Answer {
 }
 
 /// One streamed chat request, read to its end.
-async fn ask(http: &reqwest::Client, base: &str, q: &str) -> Answer {
+pub(crate) async fn ask(http: &reqwest::Client, base: &str, q: &str) -> Answer {
     ask_for(http, base, q, 96).await
 }
 

@@ -35,6 +35,11 @@
 //! - `metadata`: what documents' metadata cost a collection's heap (see
 //!   `scaling::metadata`; not part of `all`).
 //!
+//! - `soak`: an hour of mixed traffic, hostile clients among it, against
+//!   `ragtime serve` on SQLite or PostgreSQL: RSS, disk and latency each
+//!   minute, and every acknowledged write checked (see `soak`; not part of
+//!   `all`).
+//!
 //! - `fusion`: the rankings' fusion and the document index's title boost
 //!   chosen on the train queries (see `fusion_bench`; not part of `all`).
 //! - `BENCH_STORE=dir` keeps the ingested SciFact store in `dir` and reuses
@@ -65,6 +70,7 @@ mod load;
 mod pg_scale;
 mod rerank_bench;
 mod scaling;
+mod soak;
 mod stats;
 mod tracing_cost;
 
@@ -145,6 +151,10 @@ async fn main() {
     }
     if what == "flood" {
         flood::flood().await;
+        return;
+    }
+    if what == "soak" {
+        soak::soak().await;
         return;
     }
     if what == "follow" {

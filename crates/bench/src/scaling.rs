@@ -426,7 +426,7 @@ fn snapshot_record(data: &Path) -> Option<std::path::PathBuf> {
 }
 
 /// Bytes of the files under `dir`.
-fn disk_bytes(dir: &Path) -> u64 {
+pub(crate) fn disk_bytes(dir: &Path) -> u64 {
     // A file linked twice (a snapshot's BM25 files and a workspace's) is
     // on disk once.
     fn walk(dir: &Path, seen: &mut std::collections::HashSet<(u64, u64)>) -> u64 {

@@ -102,7 +102,7 @@ pub(crate) async fn run_ragtime(
     }
     cmd.envs(env.iter().map(|(k, v)| (*k, v.as_str())));
     let child = cmd.spawn().expect("start ragtime");
-    let p = Proc {
+    let mut p = Proc {
         name,
         child,
         base: format!("http://127.0.0.1:{port}"),
@@ -112,6 +112,14 @@ pub(crate) async fn run_ragtime(
             && r.status() == 200
         {
             return (p, t.elapsed());
+        }
+        // A server that exits (no models prepared, a port taken) will never
+        // answer: say so now instead of waiting out the deadline below.
+        if let Ok(Some(status)) = p.child.try_wait() {
+            panic!(
+                "{name} exited before it became ready ({status}); \
+                 set BENCH_SERVER_LOG=<file> to keep its log (and run `make setup` first)"
+            );
         }
         // Four hours: a first build of several million chunks from the
         // store takes most of an hour on two cores.

@@ -75,6 +75,12 @@ pub const MAX_DEPTH: usize = 32;
 pub const MAX_TERMS: usize = 100_000;
 /// Longest a filter may be, as JSON.
 pub const MAX_BYTES: usize = 1024 * 1024;
+/// Most conditions (a comparison, an `$in` or `$nin`) one filter may hold,
+/// a condition on a dotted field counting once per part: what keeps the
+/// database engine's statement within PostgreSQL's 65,535 parameters
+/// (a condition binds at most six per part), so both engines answer the
+/// same filters.
+pub const MAX_CONDITIONS: usize = 10_000;
 
 /// How deep `v` nests and how many leaves it holds, stopping once either
 /// passes its bound.
@@ -116,10 +122,31 @@ impl Filter {
                 format!("is {bytes} bytes of JSON, more than the {MAX_BYTES} a filter may have"),
             ));
         }
-        match value {
-            Value::Null => Ok(Filter::All),
-            Value::Object(map) => parse_object(map, root),
-            _ => Err(err(root, "must be an object")),
+        let parsed = match value {
+            Value::Null => Filter::All,
+            Value::Object(map) => parse_object(map, root)?,
+            _ => return Err(err(root, "must be an object")),
+        };
+        let conditions = parsed.conditions();
+        if conditions > MAX_CONDITIONS {
+            return Err(err(
+                root,
+                format!(
+                    "holds {conditions} conditions, more than the {MAX_CONDITIONS} a filter may have \
+                     (a dotted field counts once per part; a list of values in one $in is one)"
+                ),
+            ));
+        }
+        Ok(parsed)
+    }
+
+    /// Its conditions, as [`MAX_CONDITIONS`] counts them.
+    fn conditions(&self) -> usize {
+        match self {
+            Filter::All => 0,
+            Filter::And(fs) | Filter::Or(fs) => fs.iter().map(Filter::conditions).sum(),
+            Filter::Not(f) => f.conditions(),
+            Filter::Cmp { field, .. } | Filter::In { field, .. } => field.split('.').count(),
         }
     }
 
@@ -436,6 +463,16 @@ mod tests {
         let long = "x".repeat(MAX_BYTES);
         let e = Filter::parse(&serde_json::json!({"id": long}), "filter").expect_err("too long");
         assert!(e.message.contains("bytes of JSON"), "{e}");
+        let or = |n: usize, field: &str| {
+            let any: Vec<Value> = (0..n).map(|i| serde_json::json!({field: i})).collect();
+            serde_json::json!({"$or": any})
+        };
+        let e = Filter::parse(&or(MAX_CONDITIONS + 1, "id"), "filter").expect_err("too many");
+        assert_eq!(e.path, "filter");
+        assert!(e.message.contains("10001 conditions"), "{e}");
+        assert!(Filter::parse(&or(MAX_CONDITIONS, "id"), "filter").is_ok());
+        let e = Filter::parse(&or(MAX_CONDITIONS / 2 + 1, "a.b"), "filter");
+        assert!(e.is_err(), "a dotted field counts once per part");
         // 20,000 values (past PostgreSQL's bind limit) are a filter.
         let big: Vec<i64> = (0..20_000).collect();
         let f = Filter::parse(&serde_json::json!({"id": {"$in": big}}), "filter");

@@ -419,6 +419,90 @@ async fn a_damaged_or_half_loaded_snapshot_is_not_used() {
     }
 }
 
+/// The snapshots' disk full during a save (a real tmpfs, mounted small and
+/// then filled): the save fails and leaves no half-written folder, the
+/// collection answers as before, and once space returns the next save
+/// succeeds and a new process loads it.
+#[tokio::test]
+#[ignore = "needs root, to mount a tmpfs"]
+async fn needs_mount_a_save_on_a_full_disk_fails_cleanly_and_the_next_succeeds() {
+    use std::io::Write;
+    use std::process::Command;
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let saved = tempfile::tempdir().expect("tempdir");
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=16m", "tmpfs"])
+        .arg(saved.path())
+        .status()
+        .expect("mount");
+    assert!(mounted.success(), "mounting a tmpfs needs root");
+    let _unmount = Unmount(saved.path().to_owned());
+    let start = || async {
+        let rag = rag_at(dir.path())
+            .await
+            .0
+            .with_snapshots(snapshots(saved.path()));
+        rag.rebuild().await.expect("rebuild");
+        rag.follow().await.expect("follow");
+        rag
+    };
+    let docs: Vec<IngestDoc> = (0..200)
+        .map(|i| {
+            doc(
+                &format!("d{i}"),
+                &format!("Note tagd{i} on tides and moons."),
+            )
+        })
+        .collect();
+    let a = start().await;
+    a.ingest("c", docs).await.expect("ingest");
+    a.follow().await.expect("follow");
+    // Every byte left is taken.
+    let filler = saved.path().join("filler");
+    let mut f = std::fs::File::create(&filler).expect("filler");
+    let block = vec![7u8; 1 << 16];
+    while f.write_all(&block).is_ok() {}
+    drop(f);
+    assert_eq!(
+        a.save_snapshots().await.expect("save"),
+        0,
+        "nothing is saved on a full disk"
+    );
+    let mut left = Vec::new();
+    for coll in std::fs::read_dir(saved.path()).expect("root").flatten() {
+        if coll.path().is_dir() && coll.file_name().to_string_lossy().parse::<i64>().is_ok() {
+            left.extend(
+                std::fs::read_dir(coll.path())
+                    .expect("dir")
+                    .flatten()
+                    .map(|e| e.file_name()),
+            );
+        }
+    }
+    assert!(left.is_empty(), "a failed save leaves nothing: {left:?}");
+    assert_indexes_match_store(&a, "c", "after the failed save").await;
+    std::fs::remove_file(&filler).expect("space returns");
+    assert_eq!(
+        a.save_snapshots().await.expect("save"),
+        1,
+        "saved once space returned"
+    );
+    drop(a);
+    let b = start().await;
+    assert_eq!(
+        b.snapshot_loads(),
+        1,
+        "the snapshot saved after the failure is used"
+    );
+    assert_indexes_match_store(&b, "c", "loaded from it").await;
+}
+
 /// Whether `rag`'s loaded indexes of collection `name` hold exactly what
 /// the store holds: every stored document with its stored chunks, no
 /// deleted one, and each document found by a word of its own.

@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 /// Where [`filters`]' ranges over one key begin.
-pub const RANGES_FROM: usize = 41;
+pub const RANGES_FROM: usize = 42;
 
 /// Metadata of every shape the filter language meets: numbers, strings,
 /// booleans, dates (with offsets, fractions, date-only), arrays, nested
@@ -71,6 +71,11 @@ pub fn filters() -> Vec<Value> {
         // Lists longer than a statement's parameters (65535).
         json!({"year": {"$in": (0..40_000).map(Value::from).chain(["2020".into()]).collect::<Vec<Value>>()}}),
         json!({"tags": {"$nin": (0..40_000).map(|i| Value::from(format!("t{i}"))).chain([Value::from("bio"), Value::from(true)]).collect::<Vec<Value>>()}}),
+        // As many conditions as a filter may have, each binding its own
+        // parameters, on a dotted field.
+        json!({"$or": (0..(ragtime_core::filter::MAX_CONDITIONS / 2) as i64)
+            .map(|i| json!({"source.year": i + 1990}))
+            .collect::<Vec<Value>>()}),
         // From here (`RANGES_FROM`), ranges the database engine's values'
         // index answers: bounds on one key that an array passes on two
         // elements, dates in arrays, a range and an equality, ranges in

@@ -731,6 +731,12 @@ impl PgServer {
             .output();
     }
 
+    /// Starts the server again after [`PgServer::stop`], on its folder
+    /// and port (what a restarted PostgreSQL looks like to its clients).
+    pub fn start_again(&self) {
+        self.launch();
+    }
+
     /// The URL of database `name` on this server.
     pub fn url(&self, name: &str) -> String {
         let base = self
