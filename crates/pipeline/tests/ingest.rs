@@ -423,7 +423,7 @@ async fn a_damaged_or_half_loaded_snapshot_is_not_used() {
 /// then filled): the save fails and leaves no half-written folder, the
 /// collection answers as before, and once space returns the next save
 /// succeeds and a new process loads it.
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root, to mount a tmpfs"]
 async fn needs_mount_a_save_on_a_full_disk_fails_cleanly_and_the_next_succeeds() {
     use std::io::Write;

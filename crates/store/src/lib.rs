@@ -186,8 +186,10 @@ pub enum StoreError {
     #[error("{0}")]
     Unsupported(search::Missing),
     /// Every connection the database engine's searches have is taken
-    /// ([`SEARCH_CONNECTIONS`]): try again shortly.
-    #[error("every one of the database's {SEARCH_CONNECTIONS} search connections is in use")]
+    /// ([`Options::search_connections`]): try again shortly.
+    #[error(
+        "every one of the database's search connections is in use (database.search_connections)"
+    )]
     SearchesBusy,
 }
 
@@ -245,9 +247,22 @@ pub struct Store {
     searches: Option<PgPool>,
 }
 
-/// Connections the database engine's searches hold at once, beside the
-/// store's own 16.
-pub const SEARCH_CONNECTIONS: u32 = 8;
+/// How a store is opened beyond its URL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// Connections the database engine's searches hold at once, beside
+    /// the store's own 16 (PostgreSQL only; at least 1).
+    pub search_connections: u32,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            search_connections: 8,
+        }
+    }
+}
+
 /// How long a search waits for one of them before it gives up as busy.
 const SEARCH_ACQUIRE: Duration = Duration::from_secs(1);
 
@@ -255,6 +270,11 @@ impl Store {
     /// Opens the database at `url` (`sqlite://PATH` or `postgres://…`),
     /// creating a SQLite file if needed, and applies pending migrations.
     pub async fn open(url: &str) -> Result<Self, StoreError> {
+        Self::open_with(url, Options::default()).await
+    }
+
+    /// [`Store::open`] with `options`.
+    pub async fn open_with(url: &str, options: Options) -> Result<Self, StoreError> {
         let search_schema = std::sync::Arc::new(std::sync::OnceLock::new());
         let mut searches = None;
         let pool = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
@@ -262,7 +282,7 @@ impl Store {
                 PgConnectOptions::from_str(url).map_err(|e| StoreError::Url(e.to_string()))?;
             searches = Some(
                 PgPoolOptions::new()
-                    .max_connections(SEARCH_CONNECTIONS)
+                    .max_connections(options.search_connections.max(1))
                     .min_connections(0)
                     .acquire_timeout(SEARCH_ACQUIRE)
                     .connect_lazy_with(opts.clone()),

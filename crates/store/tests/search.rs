@@ -1250,7 +1250,7 @@ async fn needs_pgvector_ts_rank_has_no_bm25_index_to_keep() {
 }
 
 /// The database engine's searches take connections of their own, at most
-/// [`ragtime_store::SEARCH_CONNECTIONS`]: while they are all held (here
+/// [`ragtime_store::Options::search_connections`] (3 here): while they are all held (here
 /// by searches waiting on a table lock, as slow ones would), the store
 /// says so, one more search gives up as busy within about a second, and
 /// everything else the store does still gets a connection at once.
@@ -1259,7 +1259,13 @@ async fn needs_pgvector_ts_rank_has_no_bm25_index_to_keep() {
 async fn needs_pgvector_slow_searches_hold_only_their_own_connections() {
     use sqlx::Connection;
     let server = PgServer::start();
-    let (store, url) = pgvector_store(&server, "ragtime_search_pool").await;
+    let db = PgDatabase::create_on(&server.admin_url, "ragtime_search_pool").await;
+    let connections = 3;
+    let options = ragtime_store::Options {
+        search_connections: connections,
+    };
+    let store = Store::open_with(&db.url, options).await.expect("open");
+    let url = db.url.clone();
     store.enable_database_search(4).await.expect("enable");
     let coll = store.ensure_collection("c").await.expect("c");
     for i in 0..3 {
@@ -1282,7 +1288,7 @@ async fn needs_pgvector_slow_searches_hold_only_their_own_connections() {
         .execute(&mut locker)
         .await
         .expect("lock");
-    let held: Vec<_> = (0..ragtime_store::SEARCH_CONNECTIONS)
+    let held: Vec<_> = (0..connections)
         .map(|_| tokio::spawn(search(store.clone())))
         .collect();
     let t = Instant::now();

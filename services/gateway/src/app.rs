@@ -301,7 +301,10 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Store> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("cannot create data_dir {}", config.data_dir.display()))?;
     let db_url = config.database_url();
-    let store = Store::open(&db_url).await.with_context(|| {
+    let options = ragtime_store::Options {
+        search_connections: config.database.search_connections,
+    };
+    let store = Store::open_with(&db_url, options).await.with_context(|| {
         format!(
             "cannot open the store at {}",
             ragtime_store::redact(&db_url)

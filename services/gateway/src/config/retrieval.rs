@@ -67,7 +67,8 @@ impl RetrievalConfig {
     }
 }
 
-/// Hot standbys of the PostgreSQL primary (`[database]`).
+/// Hot standbys of the PostgreSQL primary, and the database engine's
+/// search connections (`[database]`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DatabaseConfig {
@@ -78,6 +79,11 @@ pub struct DatabaseConfig {
     /// A standby further behind the primary than this is passed over for
     /// the primary until it catches up.
     pub max_read_lag_ms: u64,
+    /// Connections the `postgres` engine's searches hold at once, beside
+    /// the 16 that writes, the change-log listener and key lookups share:
+    /// while all are taken a search is refused at once (503 `overloaded`)
+    /// instead of queueing. 1 to 1,000.
+    pub search_connections: u32,
 }
 
 impl Default for DatabaseConfig {
@@ -85,6 +91,7 @@ impl Default for DatabaseConfig {
         Self {
             read_urls: Vec::new(),
             max_read_lag_ms: 1000,
+            search_connections: ragtime_store::Options::default().search_connections,
         }
     }
 }
@@ -99,6 +106,12 @@ impl DatabaseConfig {
     }
 
     pub(super) fn validate(&self, engine: Engine) -> Result<(), ConfigError> {
+        if !(1..=1000).contains(&self.search_connections) {
+            return Err(invalid(
+                "database.search_connections",
+                "must be between 1 and 1000",
+            ));
+        }
         if self.read_urls.is_empty() {
             return Ok(());
         }

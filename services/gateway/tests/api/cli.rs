@@ -93,7 +93,7 @@ fn config_layers_defaults_then_file_then_environment() {
 #[test]
 fn invalid_configuration_fails_at_start_naming_the_key() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let cases: [(&str, &str, &str); 14] = [
+    let cases: [(&str, &str, &str); 15] = [
         ("RAGTIME__BUDGETS__TOTAL_MS", "0", "budgets.total_ms"),
         // The store is SQLite (no database_url): nothing to search in.
         ("RAGTIME__RETRIEVAL__ENGINE", "postgres", "retrieval.engine"),
@@ -112,6 +112,11 @@ fn invalid_configuration_fails_at_start_naming_the_key() {
             "RAGTIME__DATABASE__READ_URLS",
             "[\"postgres://standby/db\"]",
             "database.read_urls",
+        ),
+        (
+            "RAGTIME__DATABASE__SEARCH_CONNECTIONS",
+            "0",
+            "database.search_connections",
         ),
         ("RAGTIME__CHAT__DRY_MULTIPLIER", "9", "chat.dry_multiplier"),
         ("RAGTIME__CHAT__DRY_LAST_N", "0", "chat.dry_last_n"),

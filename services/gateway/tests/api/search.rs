@@ -342,6 +342,129 @@ async fn needs_pgvector_a_search_the_database_cannot_finish_in_time_degrades_and
     assert_eq!(ids(&whole)[0], "mito");
 }
 
+/// A flood of searches that the database cannot finish (its chunks are
+/// locked by another session) takes only the searches' own connections
+/// (`database.search_connections`, 2 here): once those are held, every
+/// further search is refused at once with 503 `overloaded` and
+/// `Retry-After`, never a 500, while requests with keys (a key looked up
+/// for the first time, too), collection reads and key writes still answer;
+/// once the lock goes the held searches finish and the next is whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL with pgvector (RAGTIME_TEST_PGVECTOR_BIN)"]
+async fn needs_pgvector_a_flood_of_slow_searches_is_refused_at_once_and_nothing_else_waits() {
+    use crate::helpers::ADMIN_KEY;
+    let server = ragtime_testkit::PgServer::start();
+    let db = ragtime_testkit::PgDatabase::create_on(&server.admin_url, "ragtime_flood").await;
+    let url = db.url.clone();
+    let app = TestApp::builder()
+        .unhurried()
+        .admin()
+        .config(move |c| {
+            c.database_url = Some(ragtime_gateway::config::Secret::from(url));
+            c.retrieval.engine = ragtime_gateway::config::Engine::Postgres;
+            c.database.search_connections = 2;
+            c.auth.require_api_key = true;
+        })
+        .spawn()
+        .await;
+    let new_key = || async {
+        let r = app
+            .http
+            .post(app.url("/admin/keys"))
+            .bearer_auth(ADMIN_KEY)
+            .json(&json!({"tenant": "acme", "name": "a key"}))
+            .send()
+            .await
+            .expect("create key");
+        assert_eq!(r.status(), 201);
+        let b: Value = r.json().await.expect("json");
+        b["key"].as_str().expect("key").to_owned()
+    };
+    let key = new_key().await;
+    let search = |key: String| {
+        let http = app.http.clone();
+        let url = app.url("/v1/search");
+        async move {
+            let r = http
+                .post(url)
+                .bearer_auth(key)
+                .json(&json!({"query": "ATP for the cell", "filter": {"field": {"$ne": "x"}}}))
+                .send()
+                .await
+                .expect("search");
+            let retry = r.headers().get("retry-after").is_some();
+            let status = r.status().as_u16();
+            (status, retry, r.json::<Value>().await.expect("json"))
+        }
+    };
+    let r = app
+        .http
+        .post(app.url("/v1/documents"))
+        .bearer_auth(&key)
+        .json(&corpus())
+        .send()
+        .await
+        .expect("ingest");
+    assert_eq!(r.status(), 200);
+    let other = sqlx::PgPool::connect(&db.url).await.expect("connect");
+    let mut tx = other.begin().await.expect("begin");
+    sqlx::query("LOCK TABLE chunks IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *tx)
+        .await
+        .expect("lock");
+    let held: Vec<_> = (0..2).map(|_| tokio::spawn(search(key.clone()))).collect();
+    let waiting = "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'ragtime-search-%' AND state = 'active'";
+    let t = std::time::Instant::now();
+    loop {
+        let n: i64 = sqlx::query_scalar(waiting)
+            .fetch_one(&other)
+            .await
+            .expect("activity");
+        if n >= 2 {
+            break;
+        }
+        assert!(
+            t.elapsed().as_secs() < 4,
+            "the search connections never filled: {n}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let t = std::time::Instant::now();
+    let flood = futures::future::join_all((0..16).map(|_| search(key.clone()))).await;
+    let took = t.elapsed();
+    for (status, retry, body) in &flood {
+        assert_eq!(*status, 503, "{body}");
+        assert!(*retry, "Retry-After: {body}");
+        assert_eq!(body["error"]["code"], "overloaded", "{body}");
+    }
+    assert!(took.as_millis() < 1500, "refused at once: {took:?}");
+    // Everything else still gets a connection: a key never seen before is
+    // looked up, collections are read, a key is written.
+    let t = std::time::Instant::now();
+    let fresh = new_key().await;
+    let r = app
+        .http
+        .get(app.url("/v1/collections"))
+        .bearer_auth(&fresh)
+        .send()
+        .await
+        .expect("collections");
+    assert_eq!(r.status(), 200);
+    assert!(t.elapsed().as_millis() < 1500, "{:?}", t.elapsed());
+    tx.rollback().await.expect("release");
+    for h in held {
+        let (status, _, body) = h.await.expect("join");
+        assert_eq!(status, 200, "{body}");
+    }
+    let (status, _, body) = search(fresh).await;
+    assert_eq!(
+        (status, body["partial"].as_bool()),
+        (200, Some(false)),
+        "{body}"
+    );
+    assert_eq!(ids(&body)[0], "mito", "{body}");
+}
+
 /// A filter too deep, too long or with too many values is a 422 naming
 /// `filter` and the bound, before any search runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
