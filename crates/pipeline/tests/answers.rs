@@ -244,6 +244,65 @@ async fn a_follow_up_is_answered_from_the_conversation_s_section() {
     assert!(!b.text.starts_with("> Set CARGO_TARGET_DIR"), "{}", b.text);
 }
 
+/// A follow-up's own words outweigh the previous turn's: after the
+/// variance of `&'a mut T` was asked and quoted, "And what about *mut T?"
+/// quotes the `*mut T` row of the same table, not the row quoted before
+/// (both rows share the words the two questions do: `mut`, `T`).
+#[tokio::test(start_paused = true)]
+async fn a_follow_up_quotes_what_it_asks_about_not_what_the_last_turn_did() {
+    let e = HashEmbedder::new(256);
+    let table = "The variance of the common types:\n\
+        Type | 'a | T\n\
+        &'a T | covariant | covariant\n\
+        &'a mut T | covariant | invariant\n\
+        Box<T> | | covariant\n\
+        *const T | | covariant\n\
+        *mut T | | invariant";
+    let other = "A mutable reference &'a mut T is invariant over T because a function could write a shorter-lived value through it.";
+    let r = MemoryRetriever::new(
+        &e,
+        vec![
+            chunk(
+                1,
+                "variance",
+                "Subtyping and Variance \u{203a} Variance",
+                table,
+                json!({}),
+            ),
+            chunk(
+                2,
+                "why",
+                "Subtyping and Variance \u{203a} Why",
+                other,
+                json!({}),
+            ),
+        ],
+    );
+    let b = backend("scripted", says("never asked "), 2, 1.0);
+    let w = World::new(e, r, Backends::new(vec![b], HedgePolicy::default()));
+    let mut input = ask(
+        "And what about *mut T?",
+        AnswerMode::Extractive,
+        OnUngrounded::Annotate,
+        false,
+    );
+    input.history = vec![
+        ragtime_core::Message::new("user", "What is the variance of &'a mut T?"),
+        ragtime_core::Message::new(
+            "assistant",
+            "> Type | 'a | T\n> &'a mut T | covariant | invariant\n\u{2014} Subtyping and Variance \u{203a} Variance [1]",
+        ),
+    ];
+    let (a, _) = turn(&w.deps(), &input).await;
+    let first_row = a
+        .text
+        .lines()
+        .find(|l| l.contains(" | ") && !l.contains("Type"))
+        .unwrap_or_default();
+    assert!(first_row.contains("*mut T | | invariant"), "{}", a.text);
+    assert!(!a.text.contains("&'a mut T | covariant"), "{}", a.text);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_grounding_check_that_did_not_finish_makes_the_answer_partial() {
     let mut w = world(says("Pass --vcs none to skip the repository [1]. "));

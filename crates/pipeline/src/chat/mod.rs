@@ -25,7 +25,7 @@ mod prompt;
 mod text;
 mod verify;
 
-pub use extractive::{Quote, Why, extract, extractive_answer};
+pub use extractive::{Asked, Quote, Why, extract, extractive_answer};
 pub use prompt::{DEFAULT_MAX_TOKENS, Prompt, PromptPlan, build_prompt};
 pub use verify::{SUPPORT_COSINE, SourceVectors, check as check_grounding, embed_sources};
 
@@ -139,13 +139,20 @@ pub struct ChatInput {
 }
 
 impl ChatInput {
-    /// What the request is searched and quoted by: the question, and in a
-    /// conversation what it already established — the previous question
-    /// and the sections the last answer cited (its `— Section [n]` lines) —
-    /// so a follow-up ("Can I give it more than one?") is searched about
-    /// what "it" was. The question's own words come first.
+    /// What the request is searched by: the question, then its
+    /// [`context`](Self::context), so a follow-up ("Can I give it more
+    /// than one?") is searched about what "it" was. The question's own
+    /// words come first.
     pub fn search_text(&self) -> String {
-        let mut text = self.query.clone();
+        format!("{}{}", self.query, self.context())
+    }
+
+    /// What the conversation established before the question, each on a
+    /// line of its own (a line break first): the sections the last answer
+    /// cited (its `— Section [n]` lines) and the previous question; empty
+    /// without earlier turns.
+    pub fn context(&self) -> String {
+        let mut text = String::new();
         let before = self.history.iter().rev();
         if let Some(answer) = before.clone().find(|m| m.role == "assistant") {
             for line in answer.content.lines() {
@@ -523,10 +530,14 @@ async fn quote(t: &Turn<'_>, ranked: &[(usize, &Passage)], why: Why) -> String {
     }
     // Shed requests get the cheapest quote: no cross-encoder.
     let cross = deps.reranker.map(|(r, _)| r).filter(|_| why != Why::Busy);
-    let asked = input.search_text();
+    let context = input.context();
+    let asked = Asked {
+        question: &input.query,
+        context: &context,
+    };
     budget
         .run_anytime(Stage::Quote, |time| async move {
-            extract(&asked, qv, ranked, deps.embedder, cross, time, why)
+            extract(asked, qv, ranked, deps.embedder, cross, time, why)
                 .await
                 .done()
         })

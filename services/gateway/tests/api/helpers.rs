@@ -100,6 +100,16 @@ impl Builder {
         self
     }
 
+    /// Search inside the PostgreSQL database at `url`
+    /// (`retrieval.engine = "postgres"`).
+    pub fn searching_in(self, url: &str) -> Self {
+        let url = url.to_owned();
+        self.config(move |c| {
+            c.database_url = Some(ragtime_gateway::config::Secret::from(url));
+            c.retrieval.engine = ragtime_gateway::config::Engine::Postgres;
+        })
+    }
+
     /// Use this data folder (a restart test's earlier one).
     pub fn data_dir(mut self, dir: &Path) -> Self {
         self.data = Some(dir.to_owned());

@@ -78,20 +78,18 @@ async fn needs_postgres_a_second_replica_follows_every_change_the_first_makes() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs PostgreSQL with pgvector (RAGTIME_TEST_PGVECTOR_BIN)"]
 async fn needs_pgvector_replicas_searching_in_the_database_see_a_write_once_it_returns() {
-    use ragtime_gateway::config::Engine;
     let server = ragtime_testkit::PgServer::start();
     let db = PgDatabase::create_on(&server.admin_url, "ragtime_engine").await;
-    let replica = |url: String| {
-        TestApp::builder()
-            .unhurried()
-            .config(|c| {
-                c.database_url = Some(ragtime_gateway::config::Secret::from(url));
-                c.retrieval.engine = Engine::Postgres;
-            })
-            .spawn()
-    };
-    let a = replica(db.url.clone()).await;
-    let b = replica(db.url.clone()).await;
+    let a = TestApp::builder()
+        .unhurried()
+        .searching_in(&db.url)
+        .spawn()
+        .await;
+    let b = TestApp::builder()
+        .unhurried()
+        .searching_in(&db.url)
+        .spawn()
+        .await;
     a.ingest(json!({"collection": "papers", "documents": [
         {"id": "mito", "title": "Mitochondria", "text": "Mitochondria make most of the cell's ATP.", "metadata": {"year": 2020}},
         {"id": "ribo", "title": "Ribosomes", "text": "Ribosomes translate messenger RNA into protein.", "metadata": {"year": 2023}},
@@ -239,11 +237,13 @@ async fn follows(a: &TestApp, b: &TestApp) {
         "{first}"
     );
 
-    let acked = Instant::now();
+    let asked = Instant::now();
     change(a).await;
+    let acked = Instant::now();
     until(b, "vesicles", "found golgi", |_, v| ids(v) == ["golgi"]).await;
     eprintln!(
-        "replica b served a's new document {} ms after a was asked",
+        "a's ingest and delete took {} ms; replica b served the new document {} ms after a acknowledged them",
+        (acked - asked).as_millis(),
         acked.elapsed().as_millis()
     );
     until(b, "NADH", "served the new mito", |_, v| {
@@ -300,18 +300,16 @@ async fn follows(a: &TestApp, b: &TestApp) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs PostgreSQL with pgvector (RAGTIME_TEST_PGVECTOR_BIN)"]
 async fn needs_pgvector_searches_read_a_standby_and_survive_its_loss() {
-    use ragtime_gateway::config::{Engine, Secret};
+    use ragtime_gateway::config::Secret;
     let primary = ragtime_testkit::PgServer::start();
     let db = PgDatabase::create_on(&primary.admin_url, "ragtime_standby").await;
     // The schema and the engine's columns exist before the copy is made.
     ragtime_store::Store::open(&db.url).await.expect("migrate");
     let standby = primary.standby();
     let read_url = standby.url(db.url.rsplit('/').next().expect("name"));
-    let url = db.url.clone();
     let app = TestApp::builder()
+        .searching_in(&db.url)
         .config(move |c| {
-            c.database_url = Some(Secret::from(url));
-            c.retrieval.engine = Engine::Postgres;
             c.database.read_urls = vec![Secret::from(read_url)];
         })
         .spawn()

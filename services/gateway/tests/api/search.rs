@@ -288,21 +288,9 @@ async fn bad_ingest_and_search_input_is_refused_and_changes_nothing() {
 async fn needs_pgvector_a_search_the_database_cannot_finish_in_time_degrades_and_says_so() {
     let server = ragtime_testkit::PgServer::start();
     let db = ragtime_testkit::PgDatabase::create_on(&server.admin_url, "ragtime_late").await;
-    let url = db.url.clone();
-    let app = TestApp::builder()
-        .config(move |c| {
-            c.database_url = Some(ragtime_gateway::config::Secret::from(url));
-            c.retrieval.engine = ragtime_gateway::config::Engine::Postgres;
-        })
-        .spawn()
-        .await;
+    let app = TestApp::builder().searching_in(&db.url).spawn().await;
     app.post_json("/v1/documents", corpus()).await;
-    let other = sqlx::PgPool::connect(&db.url).await.expect("connect");
-    let mut tx = other.begin().await.expect("begin");
-    sqlx::query("LOCK TABLE chunks IN ACCESS EXCLUSIVE MODE")
-        .execute(&mut *tx)
-        .await
-        .expect("lock");
+    let (other, tx) = lock_chunks(&db.url).await;
     let started = std::time::Instant::now();
     let r = app
         .post_json(
@@ -329,13 +317,11 @@ async fn needs_pgvector_a_search_the_database_cannot_finish_in_time_degrades_and
         "stopped within 20 ms of its deadline: {b}"
     );
     assert!(took.as_millis() < u128::from(budget) + 200, "{took:?}");
-    let running: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'ragtime-search-%' AND state = 'active'",
-    )
-    .fetch_one(&other)
-    .await
-    .expect("activity");
-    assert_eq!(running, 0, "no search of it still runs");
+    assert_eq!(
+        active_searches(&other).await,
+        0,
+        "no search of it still runs"
+    );
     tx.rollback().await.expect("release");
     let (whole, _) = search(&app, json!({"query": "ATP for the cell", "mode": "hybrid"})).await;
     assert_eq!(whole["partial"], false, "{whole}");
@@ -355,13 +341,11 @@ async fn needs_pgvector_a_flood_of_slow_searches_is_refused_at_once_and_nothing_
     use crate::helpers::ADMIN_KEY;
     let server = ragtime_testkit::PgServer::start();
     let db = ragtime_testkit::PgDatabase::create_on(&server.admin_url, "ragtime_flood").await;
-    let url = db.url.clone();
     let app = TestApp::builder()
         .unhurried()
         .admin()
+        .searching_in(&db.url)
         .config(move |c| {
-            c.database_url = Some(ragtime_gateway::config::Secret::from(url));
-            c.retrieval.engine = ragtime_gateway::config::Engine::Postgres;
             c.database.search_connections = 2;
             c.auth.require_api_key = true;
         })
@@ -406,20 +390,11 @@ async fn needs_pgvector_a_flood_of_slow_searches_is_refused_at_once_and_nothing_
         .await
         .expect("ingest");
     assert_eq!(r.status(), 200);
-    let other = sqlx::PgPool::connect(&db.url).await.expect("connect");
-    let mut tx = other.begin().await.expect("begin");
-    sqlx::query("LOCK TABLE chunks IN ACCESS EXCLUSIVE MODE")
-        .execute(&mut *tx)
-        .await
-        .expect("lock");
+    let (other, tx) = lock_chunks(&db.url).await;
     let held: Vec<_> = (0..2).map(|_| tokio::spawn(search(key.clone()))).collect();
-    let waiting = "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'ragtime-search-%' AND state = 'active'";
     let t = std::time::Instant::now();
     loop {
-        let n: i64 = sqlx::query_scalar(waiting)
-            .fetch_one(&other)
-            .await
-            .expect("activity");
+        let n = active_searches(&other).await;
         if n >= 2 {
             break;
         }
@@ -489,4 +464,26 @@ async fn a_filter_past_its_bounds_is_refused_naming_the_bound() {
         assert!(message.contains(says), "{body}");
     }
     app.shutdown().await.expect("shutdown");
+}
+
+/// Another session of the database at `url` holding its `chunks` locked
+/// (ACCESS EXCLUSIVE) until the transaction is rolled back.
+async fn lock_chunks(url: &str) -> (sqlx::PgPool, sqlx::Transaction<'static, sqlx::Postgres>) {
+    let other = sqlx::PgPool::connect(url).await.expect("connect");
+    let mut tx = other.begin().await.expect("begin");
+    sqlx::query("LOCK TABLE chunks IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *tx)
+        .await
+        .expect("lock");
+    (other, tx)
+}
+
+/// How many of the service's search queries the database is running now.
+async fn active_searches(pool: &sqlx::PgPool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'ragtime-search-%' AND state = 'active'",
+    )
+    .fetch_one(pool)
+    .await
+    .expect("activity")
 }
