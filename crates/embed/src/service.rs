@@ -93,8 +93,17 @@ struct Queues {
     /// Texts left of the bulk job a worker holds now (out of `bulk` while
     /// its batch runs, still queued work).
     bulk_held: usize,
+    /// Interactive batches run in a row while a bulk job waited.
+    since_bulk: usize,
     closed: bool,
 }
+
+/// Interactive batches a waiting bulk job yields to before it runs one of
+/// its own: queries come first, but a stream of them that never lets the
+/// queue empty (chat past the embedder's capacity) cannot starve an ingest
+/// for ever — it gets one batch in `BULK_AFTER + 1`, and a query waits
+/// behind at most one of its batches.
+const BULK_AFTER: usize = 3;
 
 struct Shared {
     queues: Mutex<Queues>,
@@ -306,7 +315,18 @@ enum Work {
 fn next_work(shared: &Shared, opts: &ServiceOptions) -> Option<Work> {
     let mut q = lock(&shared.queues);
     loop {
+        if q.since_bulk >= BULK_AFTER
+            && let Some(b) = q.bulk.pop_front()
+        {
+            q.since_bulk = 0;
+            let held = b.order.len() - b.done.len();
+            q.bulk_held += held;
+            return Some(Work::Bulk(b, held));
+        }
         if let Some(first) = q.interactive.pop_front() {
+            if !q.bulk.is_empty() {
+                q.since_bulk += 1;
+            }
             let mut n = first.texts.len();
             let first_kind = first.kind;
             let mut jobs = vec![first];
@@ -334,6 +354,7 @@ fn next_work(shared: &Shared, opts: &ServiceOptions) -> Option<Work> {
             return Some(Work::Interactive(jobs));
         }
         if let Some(b) = q.bulk.pop_front() {
+            q.since_bulk = 0;
             let held = b.order.len() - b.done.len();
             q.bulk_held += held;
             return Some(Work::Bulk(b, held));

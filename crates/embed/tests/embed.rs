@@ -428,6 +428,53 @@ async fn queries_overtake_a_bulk_ingest() {
     assert!(cos(&vs[40], &direct[0]) > 0.9999 && cos(&vs[41], &direct[1]) > 0.9999);
 }
 
+/// Queries that never let the queue empty (more clients than a batch
+/// holds, each asking again as soon as it is answered) do not starve a
+/// bulk job: it gets its batches in turn and finishes while they go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_ingest_finishes_under_an_endless_stream_of_queries() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let svc = std::sync::Arc::new(EmbedService::new(
+        load(),
+        ServiceOptions {
+            max_batch: 4,
+            ..ServiceOptions::default()
+        },
+    ));
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let asked = std::sync::Arc::new(AtomicUsize::new(0));
+    let clients: Vec<_> = (0..12)
+        .map(|c| {
+            let (svc, stop, asked) = (svc.clone(), stop.clone(), asked.clone());
+            tokio::spawn(async move {
+                let mut i = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    i += 1;
+                    let q = format!("question {i} of client {c}");
+                    svc.embed(vec![q], Cancel::new()).await.expect("query");
+                    asked.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let before = asked.load(Ordering::Relaxed);
+    let passages: Vec<String> = (0..24).map(|i| format!("{LONG} variant {i}")).collect();
+    let bulk = tokio::time::timeout(
+        std::time::Duration::from_secs(120),
+        svc.embed_passages(passages, Cancel::new()),
+    )
+    .await;
+    let during = asked.load(Ordering::Relaxed) - before;
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.await.expect("client");
+    }
+    let vs = bulk.expect("the bulk job was starved").expect("bulk");
+    assert_eq!(vs.len(), 24);
+    assert!(during >= 24, "queries went on meanwhile: {during}");
+}
+
 /// Concurrent query and passage requests are never merged into one batch:
 /// each gets vectors from its own model.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

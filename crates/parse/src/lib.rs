@@ -199,27 +199,73 @@ pub fn parse_file_within(
     max: u64,
     setting: &str,
 ) -> Result<ParsedFile, FileError> {
-    if format(name) != Some(Format::JsonlGz) {
-        return read_file(name, bytes).map_err(FileError::from);
-    }
     let max = max.min(MAX_DECOMPRESSED_BYTES);
+    let too_large = || {
+        let over = if setting.is_empty() || max == MAX_DECOMPRESSED_BYTES {
+            format!("{} MiB", MAX_DECOMPRESSED_BYTES >> 20)
+        } else {
+            format!("the {max} bytes left of {setting}")
+        };
+        FileError {
+            message: format!("{name}: expands to more than {over}"),
+            too_large: true,
+        }
+    };
+    match format(name) {
+        Some(Format::JsonlGz) => {}
+        Some(Format::Pdf) if pdf_inflated(&bytes, max) > max => return Err(too_large()),
+        _ => return read_file(name, bytes).map_err(FileError::from),
+    }
     let mut out = Vec::new();
     flate2::read::GzDecoder::new(bytes.as_slice())
         .take(max + 1)
         .read_to_end(&mut out)
         .map_err(|e| format!("{name}: not a gzip file: {e}"))?;
     if out.len() as u64 > max {
-        let over = if setting.is_empty() || max == MAX_DECOMPRESSED_BYTES {
-            format!("{} MiB", MAX_DECOMPRESSED_BYTES >> 20)
-        } else {
-            format!("the {max} bytes left of {setting}")
-        };
-        return Err(FileError {
-            message: format!("{name}: expands to more than {over}"),
-            too_large: true,
-        });
+        return Err(too_large());
     }
     Ok(ParsedFile(Parsed::Docs(jsonl(name, &utf8(name, out)?)?)))
+}
+
+/// The bytes a PDF's compressed streams inflate to, counted until past
+/// `max`: the data after each `stream` keyword is read as zlib
+/// (FlateDecode, the filter PDFs compress with) into nothing, so a bomb
+/// costs at most `max` bytes of inflating and no memory before it is
+/// refused, and the PDF reader, which inflates every stream into memory,
+/// only ever reads one within the bound. Data that is not zlib (an image's
+/// own coding, a stream left plain) counts as what it inflated to before
+/// it stopped: nothing, or the part of a damaged stream that did.
+fn pdf_inflated(pdf: &[u8], max: u64) -> u64 {
+    struct Counted(u64);
+    impl std::io::Write for Counted {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 += b.len() as u64;
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut total = Counted(0);
+    let mut at = 0;
+    while let Some(i) = pdf[at..].windows(6).position(|w| w == b"stream") {
+        let start = at + i;
+        at = start + 6;
+        if pdf[..start].ends_with(b"end") {
+            continue;
+        }
+        let data = match &pdf[at..] {
+            [b'\r', b'\n', rest @ ..] | [b'\n', rest @ ..] => rest,
+            _ => continue,
+        };
+        let left = max - total.0;
+        let mut inflate = flate2::read::ZlibDecoder::new(data).take(left + 1);
+        let _ = std::io::copy(&mut inflate, &mut total);
+        if total.0 > max {
+            break;
+        }
+    }
+    total.0
 }
 
 impl ParsedFile {
@@ -1055,6 +1101,55 @@ mod tests {
         // Three files are too few to tell chrome from content.
         let few = into_documents(files[..3].to_vec()).docs;
         assert!(few.iter().all(|d| d.text.contains("Keyboard")));
+    }
+
+    /// A PDF whose one content stream (FlateDecode) inflates to `n` spaces.
+    fn flate_pdf(n: usize) -> Vec<u8> {
+        use std::io::Write;
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+        z.write_all(&vec![b' '; n]).expect("zlib");
+        let data = z.finish().expect("zlib");
+        let mut pdf = format!(
+            "%PDF-1.4\n4 0 obj\n<< /Length {} /Filter /FlateDecode >>\nstream\n",
+            data.len()
+        )
+        .into_bytes();
+        pdf.extend_from_slice(&data);
+        pdf.extend_from_slice(b"\nendstream\nendobj\n%%EOF\n");
+        pdf
+    }
+
+    #[test]
+    fn a_pdf_whose_streams_inflate_past_the_bound_is_refused_before_it_is_read() {
+        let bomb = flate_pdf(3 << 20);
+        assert!(bomb.len() < 64 << 10, "{} bytes", bomb.len());
+        assert_eq!(
+            pdf_inflated(&bomb, 1 << 20),
+            (1 << 20) + 1,
+            "stops past the bound"
+        );
+        assert_eq!(pdf_inflated(&bomb, 4 << 20), 3 << 20);
+        let e = parse_file_within(
+            "bomb.pdf",
+            bomb,
+            1 << 20,
+            "limits.max_upload_expanded_bytes",
+        )
+        .err()
+        .expect("refused");
+        assert!(e.too_large, "{}", e.message);
+        assert!(
+            e.message.contains("bomb.pdf")
+                && e.message.contains("limits.max_upload_expanded_bytes"),
+            "{}",
+            e.message
+        );
+        // Within the bound it goes on to the PDF reader (this one has no
+        // page tree: an error of another kind).
+        let e = parse_file_within("small.pdf", flate_pdf(1000), 1 << 20, "x")
+            .err()
+            .expect("not a whole PDF");
+        assert!(!e.too_large, "{}", e.message);
     }
 
     #[test]
